@@ -1,0 +1,203 @@
+"""The trained-router artifact: ``DIR/model.safetensors`` + ``DIR/manifest.json``.
+
+The manifest says everything needed to use the weights correctly and to know where they came from:
+model names in slot order, encoder identity and embedding size, the tau range, cost normalisation
+bounds, per-slot average token counts (to estimate a request's cost from live prices), the tau
+calibration table, the training configuration, and the data (paths, content hash, split).
+Loading checks all of it and fails with a message naming the field at fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from . import __version__
+from .costs import CostNormalizer
+from .model import ModelConfig
+
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "model.safetensors"
+MANIFEST_FILE = "manifest.json"
+DEFAULT_ARTIFACT_DIR = Path(__file__).resolve().parent / "default_artifact"
+
+
+class ArtifactError(ValueError):
+    """An artifact that cannot be used as is; the message names the file and field."""
+
+
+class EncoderSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    embed_dim: int = Field(gt=0)
+    max_tokens: int = Field(256, ge=8)
+    truncation: str = "tail"
+    pooling: str = "mean-l2"
+
+
+class TauCalibration(BaseModel):
+    """Monotone map requested tau -> tau fed to the policy, fit on validation (see train/ppo.py).
+
+    ``requested`` and ``policy_tau`` are increasing and equally long; between points we interpolate.
+    Empty lists mean identity."""
+
+    model_config = ConfigDict(extra="forbid")
+    requested: list[float] = Field(default_factory=list)
+    policy_tau: list[float] = Field(default_factory=list)
+    margin: float = 0.0
+
+    @model_validator(mode="after")
+    def _check(self) -> "TauCalibration":
+        if len(self.requested) != len(self.policy_tau):
+            raise ValueError("calibration.requested and calibration.policy_tau must have equal length")
+        if any(b < a for a, b in zip(self.requested, self.requested[1:])):
+            raise ValueError("calibration.requested must be non-decreasing")
+        return self
+
+
+class DataRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    paths: list[str] = Field(default_factory=list)
+    sha256: str = ""
+    source: str = ""
+    n_rows: int = 0
+    split: dict[str, int] = Field(default_factory=dict)  # rows per split
+    split_method: str = ""
+    split_seed: int | None = None
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    package_version: str = __version__
+    models: list[str] = Field(min_length=2, description="trained model slots, in head order")
+    encoder: EncoderSpec
+    architecture: ModelConfig
+    tau_range: tuple[float, float] = Field(description="declared tau range [lo, hi]")
+    tau_train_range: tuple[float, float] = Field(description="tau range sampled in training; tau_norm uses it")
+    cost_normalization: dict[str, Any]
+    avg_input_tokens: dict[str, float] = Field(default_factory=dict)
+    avg_output_tokens: dict[str, float] = Field(default_factory=dict)
+    calibration: TauCalibration = Field(default_factory=TauCalibration)
+    training: dict[str, Any] = Field(default_factory=dict)
+    data: DataRecord = Field(default_factory=DataRecord)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    weights_sha256: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Manifest":
+        if len(set(self.models)) != len(self.models):
+            raise ValueError("models: slot names must be unique")
+        if self.architecture.n_models != len(self.models):
+            raise ValueError(
+                f"architecture.n_models={self.architecture.n_models} but models lists {len(self.models)} slots"
+            )
+        if self.architecture.embed_dim != self.encoder.embed_dim:
+            raise ValueError(
+                f"architecture.embed_dim={self.architecture.embed_dim} != encoder.embed_dim={self.encoder.embed_dim}"
+            )
+        for name, (lo, hi) in (("tau_range", self.tau_range), ("tau_train_range", self.tau_train_range)):
+            if not (0.0 < lo < hi <= 1.0):
+                raise ValueError(f"{name} must satisfy 0 < lo < hi <= 1; got [{lo}, {hi}]")
+        CostNormalizer.from_dict(self.cost_normalization)
+        return self
+
+    @property
+    def cost_normalizer(self) -> CostNormalizer:
+        return CostNormalizer.from_dict(self.cost_normalization)
+
+    def tau_norm(self, tau_policy: float) -> float:
+        lo, hi = self.tau_train_range
+        return (tau_policy - lo) / (hi - lo)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Path:
+    """Write weights then the manifest (with the weights' hash) into ``directory``."""
+    from safetensors.torch import save_file
+
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "proteus", "format_version": str(FORMAT_VERSION)})
+    manifest = manifest.model_copy(update={"weights_sha256": file_sha256(out / WEIGHTS_FILE)})
+    (out / MANIFEST_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
+    return out
+
+
+def read_manifest(directory: str | os.PathLike) -> Manifest:
+    path = Path(directory) / MANIFEST_FILE
+    if not Path(directory).is_dir():
+        raise ArtifactError(f"artifact directory {str(directory)!r} does not exist")
+    if not path.is_file():
+        raise ArtifactError(f"artifact {str(directory)!r} has no {MANIFEST_FILE}")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise ArtifactError(f"{path}: expected a JSON object")
+    version = raw.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ArtifactError(f"{path}: format_version {version!r} is not supported (this package reads {FORMAT_VERSION})")
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}" for e in exc.errors())
+        raise ArtifactError(f"{path}: invalid manifest: {problems}") from exc
+
+
+def load_artifact(
+    directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR,
+    *,
+    expected_models: list[str] | None = None,
+    expected_encoder: str | None = None,
+    map_location: str = "cpu",
+):
+    """Load (model, manifest), checking hash, tensor names/shapes and optional expectations."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from .model import ProteusModel
+
+    manifest = read_manifest(directory)
+    weights = Path(directory) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ArtifactError(f"artifact {str(directory)!r} has no {WEIGHTS_FILE}")
+    if manifest.weights_sha256 and file_sha256(weights) != manifest.weights_sha256:
+        raise ArtifactError(f"{weights}: content hash does not match manifest.weights_sha256 (corrupt or replaced)")
+    if expected_models is not None and list(expected_models) != manifest.models:
+        raise ArtifactError(f"{directory}: models {manifest.models} != expected {list(expected_models)}")
+    if expected_encoder is not None and expected_encoder != manifest.encoder.name:
+        raise ArtifactError(f"{directory}: encoder {manifest.encoder.name!r} != expected {expected_encoder!r}")
+    try:
+        state = load_file(str(weights), device=map_location)
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{weights}: unreadable weights ({exc})") from exc
+    model = ProteusModel(manifest.architecture)
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    extra = sorted(set(state) - set(own))
+    if missing or extra:
+        raise ArtifactError(f"{weights}: tensors do not match manifest.architecture (missing {missing}, unexpected {extra})")
+    for key, tensor in own.items():
+        if tuple(state[key].shape) != tuple(tensor.shape):
+            raise ArtifactError(
+                f"{weights}: tensor {key} has shape {tuple(state[key].shape)}, manifest.architecture implies {tuple(tensor.shape)}"
+            )
+    model.load_state_dict(state)
+    model.eval()
+    return model, manifest

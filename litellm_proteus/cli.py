@@ -1,0 +1,49 @@
+"""The ``proteus`` command: ``proteus train | eval | tiers | bench`` (``proteus SUB --help``).
+
+Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
+modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("train.cli", "train a PROTEUS artifact from routing logs (RouterBench, SPROUT, RouteLLM, your own)"),
+    "eval": ("train.evaluation.cli", "evaluate an artifact against every baseline and the hindsight limit"),
+    "tiers": ("litellm_proteus.tiers", "manage per-API-key SLA tiers in Redis"),
+    "bench": ("train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="proteus", description="PROTEUS: SLA-aware LLM routing (accuracy target tau as a runtime input)."
+    )
+    parser.add_argument("--version", action="version", version=f"litellm-proteus {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser.set_defaults(_module=module_name)
+        if only is None or only == name:
+            importlib.import_module(module_name).add_arguments(sub_parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=command if command in SUBCOMMANDS else "")
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(importlib.import_module(args._module).run(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The PROTEUS network: one definition for the trainer and the runtime (paper section 2).
+
+Symbols (each documented once, here):
+
+- ``tau``    the accuracy target, a fraction in (0, 1]; fed to the policy normalised to the
+             artifact's tau range: tau_norm = (tau - tau_lo) / (tau_hi - tau_lo).
+- ``lambda`` the Lagrangian dual variable (>= 0) that grows while batch accuracy is below tau
+             during training; an input of the policy; fixed at 1.0 at inference.
+- ``mu``     the quality preference in [0, 1] drawn from the Beta policy (0: cost, 1: quality).
+- ``b``      learned per-model quality boosts, one per trained model slot.
+- ``gamma``  the cost-sensitivity exponent, learnable and bounded to [2, 8].
+- ``p``      predicted correctness probability of each model for the query (performance head).
+- ``c_hat``  the per-call cost of each model normalised to [0, 1] (see ``costs.py``).
+
+Routing score (eq. 2): s_i = p_i(x) + mu * b_i - (1 - mu)^gamma * c_hat_i, route to argmax_i s_i.
+
+Choices where the paper is silent (also in the README):
+- z = GELU(W2 GELU(W1 e)) with e the frozen sentence embedding, z in R^256;
+- the policy reads z *detached*: the projection is learned by the performance loss only, so RL
+  noise cannot degrade p_i(x);
+- lambda-gating: the policy trunk's hidden units are multiplied by sigmoid(W_g [tau_norm, lambda]),
+  letting constraint pressure switch features on and off;
+- gamma = 2 + 6 * sigmoid(g_raw) keeps gamma in [2, 8] by construction;
+- b and gamma receive gradients because training samples the model from softmax(s / T)
+  (T = ``selection_temperature``) and PPO's log-probability includes that choice; inference takes
+  the argmax, the T -> 0 limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from .distributions import BetaHead, BetaPolicyOutput
+
+# At inference the dual variable is fixed (paper section 2.3).
+INFERENCE_LAMBDA = 1.0
+
+
+class ModelConfig(BaseModel):
+    """Architecture hyper-parameters; stored in the artifact manifest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    embed_dim: int = Field(gt=0, description="encoder output size")
+    n_models: int = Field(ge=2, description="K, the number of trained model slots")
+    hidden_dim: int = Field(256, gt=0)
+    use_critic: bool = True
+    fixed_gamma: float | None = Field(None, ge=2.0, le=8.0, description="ablation: freeze gamma")
+    gamma_min: float = 2.0
+    gamma_max: float = 8.0
+    selection_temperature: float = Field(0.05, gt=0)
+
+
+@dataclass
+class RoutingOutput:
+    """Everything one forward pass decides, batch-first."""
+
+    p: torch.Tensor  # [B, K] predicted correctness
+    policy: BetaPolicyOutput  # Beta(alpha, beta) over mu, [B]
+    mu: torch.Tensor  # [B] the mu used for scoring
+    scores: torch.Tensor  # [B, K] eq. 2 (masked entries = -inf)
+    choice: torch.Tensor  # [B] argmax slot index
+
+
+def routing_scores(
+    p: torch.Tensor, mu: torch.Tensor, boost: torch.Tensor, gamma: torch.Tensor, cost_norm: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 2 for [B, M] candidates: s = p + mu * b - (1 - mu)^gamma * c_hat (mu is [B])."""
+    mu = mu.unsqueeze(-1)
+    return p + mu * boost - (1.0 - mu).pow(gamma) * cost_norm
+
+
+def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, out_dim))
+
+
+class ProteusModel(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        h, k = config.hidden_dim, config.n_models
+        self.projection = nn.Sequential(_mlp(config.embed_dim, h, h), nn.GELU())
+        self.performance_head = nn.Linear(h, k)
+        self.boost = nn.Parameter(torch.zeros(k))
+        self.gamma_raw = nn.Parameter(torch.zeros(()))  # gamma = 5.0 at init
+        self.policy_trunk = nn.Sequential(_mlp(h + 2, h, h), nn.GELU())
+        self.lambda_gate = nn.Sequential(nn.Linear(2, h), nn.Sigmoid())
+        self.beta_head = BetaHead(h)
+        self.critic = _mlp(h + 2, h, 1) if config.use_critic else None
+
+    # -- components -------------------------------------------------------------------------
+    @property
+    def gamma(self) -> torch.Tensor:
+        if self.config.fixed_gamma is not None:
+            return torch.tensor(self.config.fixed_gamma)
+        span = self.config.gamma_max - self.config.gamma_min
+        return self.config.gamma_min + span * torch.sigmoid(self.gamma_raw)
+
+    def embed(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """z: the 256-d query representation shared by both heads."""
+        return self.projection(embeddings)
+
+    def performance_logits(self, z: torch.Tensor) -> torch.Tensor:
+        return self.performance_head(z)
+
+    @staticmethod
+    def _conditioning(tau_norm: torch.Tensor, lam: torch.Tensor, batch: int) -> torch.Tensor:
+        tau_norm = torch.as_tensor(tau_norm, dtype=torch.float32).reshape(-1).expand(batch)
+        lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1).expand(batch)
+        return torch.stack([tau_norm, lam], dim=-1)
+
+    def policy(self, z: torch.Tensor, tau_norm, lam) -> BetaPolicyOutput:
+        cond = self._conditioning(tau_norm, lam, z.shape[0])
+        hidden = self.policy_trunk(torch.cat([z.detach(), cond], dim=-1))
+        return self.beta_head(hidden * self.lambda_gate(cond))
+
+    def value(self, z: torch.Tensor, tau_norm, lam) -> torch.Tensor:
+        if self.critic is None:
+            raise RuntimeError("this model was built with use_critic=False")
+        cond = self._conditioning(tau_norm, lam, z.shape[0])
+        return self.critic(torch.cat([z.detach(), cond], dim=-1)).squeeze(-1)
+
+    def scores(
+        self,
+        p: torch.Tensor,
+        mu: torch.Tensor,
+        cost_norm: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Eq. 2: s_i = p_i + mu * b_i - (1 - mu)^gamma * c_hat_i; masked slots get -inf.
+
+        p, cost_norm, mask: [B, K] (cost_norm may be [K]); mu: [B].
+        """
+        s = routing_scores(p, mu, self.boost, self.gamma, cost_norm)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        return s
+
+    # -- inference ----------------------------------------------------------------------------
+    def route(
+        self,
+        embeddings: torch.Tensor,
+        tau_norm,
+        cost_norm: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        lam: float = INFERENCE_LAMBDA,
+    ) -> RoutingOutput:
+        """Deterministic routing: mu = E[Beta], model = argmax of eq. 2 over the allowed slots."""
+        z = self.embed(embeddings)
+        p = torch.sigmoid(self.performance_logits(z))
+        policy = self.policy(z, tau_norm, lam)
+        mu = policy.mean
+        s = self.scores(p, mu, cost_norm, mask)
+        return RoutingOutput(p=p, policy=policy, mu=mu, scores=s, choice=s.argmax(dim=-1))
