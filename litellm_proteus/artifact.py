@@ -38,6 +38,11 @@ class EncoderSpec(BaseModel):
     max_tokens: int = Field(256, ge=8)
     truncation: str = "tail"
     pooling: str = "mean-l2"
+    bundled: bool = Field(False, description="weights live in the artifact (fine-tuned): name is a sub-folder")
+
+    def resolve(self, artifact_dir: str | os.PathLike) -> str:
+        """The name/path to load the encoder from."""
+        return str(Path(artifact_dir) / self.name) if self.bundled else self.name
 
 
 class TauCalibration(BaseModel):

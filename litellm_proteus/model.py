@@ -21,9 +21,9 @@ Choices where the paper is silent (also in the README):
 - lambda-gating: the policy trunk's hidden units are multiplied by sigmoid(W_g [tau_norm, lambda]),
   letting constraint pressure switch features on and off;
 - gamma = 2 + 6 * sigmoid(g_raw) keeps gamma in [2, 8] by construction;
-- b and gamma receive gradients because training samples the model from softmax(s / T)
-  (T = ``selection_temperature``) and PPO's log-probability includes that choice; inference takes
-  the argmax, the T -> 0 limit.
+- b and gamma are trained by the pathwise gradient of the reward's expectation over the model
+  choice softmax(s / T) (T = ``selection_temperature``; see train/ppo.py); inference takes the
+  argmax, the T -> 0 limit.
 """
 
 from __future__ import annotations

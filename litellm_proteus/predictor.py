@@ -63,22 +63,39 @@ class ProteusPredictor:
         *,
         device: str = "auto",
         encoder_cache_dir: str | None = None,
+        precision: str = "fp32",
+        quantize: str | None = None,
+        memory_cache: int = 0,
+        threads: int | None = None,
+        max_tokens: int | None = None,
+        truncation: str | None = None,
     ):
+        """Speed options (see ``encoder.py``; the defaults reproduce training-time embeddings):
+        ``precision`` fp32|bf16|fp16|auto, ``quantize`` None|"int8", ``memory_cache`` = LRU entries
+        (exact), ``threads`` = torch intra-op threads (process-wide; one per core the router may use),
+        ``max_tokens``/``truncation`` override the artifact's length policy (changes embeddings)."""
         import torch
 
         from .encoder import TextEncoder, resolve_device
 
+        if threads is not None:
+            if threads < 1:
+                raise ValueError(f"threads must be >= 1; got {threads}")
+            torch.set_num_threads(threads)
         self.device = resolve_device(device)
         self.artifact_dir = Path(artifact) if artifact else DEFAULT_ARTIFACT_DIR
         self.model, self.manifest = load_artifact(self.artifact_dir, map_location="cpu")
         self.model.to(self.device)
         spec = self.manifest.encoder
         self.encoder = TextEncoder(
-            spec.name,
+            spec.resolve(self.artifact_dir),
             device=self.device,
-            max_tokens=spec.max_tokens,
-            truncation=spec.truncation,  # type: ignore[arg-type]
+            max_tokens=max_tokens or spec.max_tokens,
+            truncation=truncation or spec.truncation,  # type: ignore[arg-type]
             cache_dir=encoder_cache_dir,
+            precision=precision,
+            quantize=quantize,
+            memory_cache=memory_cache,
         )
         if self.encoder.embed_dim != spec.embed_dim:
             raise ValueError(
@@ -114,25 +131,37 @@ class ProteusPredictor:
             mu = self.model.policy(z, tau_norm.to(self.device), INFERENCE_LAMBDA).mean.cpu()
             boost = self.model.boost.detach().cpu()
             gamma = self.model.gamma.detach().cpu()
+        # All requests at once: candidates padded to the longest list; element-wise eq. 2 on the
+        # same dtypes as a per-request loop, so scores and choices are identical to it.
+        sizes = [len(c) for c in candidates]
+        width = max(sizes)
+        slots = np.zeros((len(candidates), width), dtype=np.int64)
+        costs = np.ones((len(candidates), width), dtype=np.float64)
+        for row, cands in enumerate(candidates):
+            slots[row, : sizes[row]] = [c.slot for c in cands]
+            costs[row, : sizes[row]] = [c.cost_usd for c in cands]
+        slots_t = torch.from_numpy(slots)
+        cost_norm = torch.from_numpy(self.costs.normalize(costs))
+        p = p_all.gather(1, slots_t)
+        s = routing_scores(p, mu, boost[slots_t], gamma, cost_norm)
+        valid = torch.arange(width).unsqueeze(0) < torch.tensor(sizes).unsqueeze(1)
+        best_all = s.masked_fill(~valid, float("-inf")).argmax(dim=1).tolist()
+        p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):
-            slots = torch.tensor([c.slot for c in cands])
-            cost_norm = torch.as_tensor(self.costs.normalize([c.cost_usd for c in cands]))
-            p = p_all[row, slots]
-            s = routing_scores(p.unsqueeze(0), mu[row : row + 1], boost[slots], gamma, cost_norm).squeeze(0)
-            best = int(s.argmax())
+            best, n = best_all[row], sizes[row]
             tau_eff, clamped = effective[row]
             decisions.append(
                 Decision(
                     index=best,
                     slot=cands[best].slot,
                     model=self.models[cands[best].slot],
-                    mu=float(mu[row]),
+                    mu=mu_rows[row],
                     tau_requested=float(taus[row]),
                     tau_effective=tau_eff,
                     clamped=clamped,
-                    p=tuple(float(x) for x in p),
-                    scores=tuple(float(x) for x in s),
+                    p=tuple(p_rows[row][:n]),
+                    scores=tuple(s_rows[row][:n]),
                 )
             )
         return decisions

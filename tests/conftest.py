@@ -1,0 +1,67 @@
+"""Fixtures shared by every test package."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_data_path() -> Path:
+    """``$PROTEUS_SHARED_DATA`` or ``../shared/data`` beside the checkout."""
+    return Path(os.environ.get("PROTEUS_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    path = shared_data_path()
+    if not path.is_dir():
+        pytest.skip(f"shared routing logs not found at {path} (set PROTEUS_SHARED_DATA)")
+    return path
+
+
+ROUTERBENCH_MODELS = [
+    "WizardLM/WizardLM-13B-V1.2", "claude-instant-v1", "claude-v1", "claude-v2", "gpt-3.5-turbo-1106",
+    "gpt-4-1106-preview", "meta/code-llama-instruct-34b-chat", "meta/llama-2-70b-chat",
+    "mistralai/mistral-7b-chat", "mistralai/mixtral-8x7b-chat", "zero-one-ai/Yi-34B-Chat",
+]
+
+
+@pytest.fixture
+def make_artifact(tmp_path):
+    """Factory: a randomly initialised but valid artifact (for tests that need weights, not skill)."""
+
+    def _make(models=None, *, seed: int = 0, directory: Path | None = None, **manifest_overrides) -> Path:
+        import torch
+
+        from litellm_proteus.artifact import EncoderSpec, Manifest, save_artifact
+        from litellm_proteus.costs import CostNormalizer
+        from litellm_proteus.model import ModelConfig, ProteusModel
+
+        models = list(models or ROUTERBENCH_MODELS)
+        torch.manual_seed(seed)
+        config = ModelConfig(embed_dim=384, n_models=len(models))
+        norm = CostNormalizer()
+        norm.update([1e-5, 1e-2])
+        fields = dict(
+            models=models,
+            encoder=EncoderSpec(name="all-MiniLM-L6-v2", embed_dim=384),
+            architecture=config,
+            tau_range=(0.7, 0.9),
+            tau_train_range=(0.65, 0.95),
+            cost_normalization=norm.to_dict(),
+            avg_input_tokens={m: 400.0 for m in models},
+            avg_output_tokens={m: 100.0 for m in models},
+        )
+        fields.update(manifest_overrides)
+        out = directory or (tmp_path / f"artifact-{seed}")
+        return save_artifact(out, ProteusModel(config), Manifest(**fields))
+
+    return _make

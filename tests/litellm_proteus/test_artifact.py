@@ -1,0 +1,101 @@
+import json
+
+import pytest
+import torch
+
+from litellm_proteus.artifact import (
+    DEFAULT_ARTIFACT_DIR,
+    MANIFEST_FILE,
+    WEIGHTS_FILE,
+    ArtifactError,
+    load_artifact,
+    read_manifest,
+)
+
+
+def test_round_trip_preserves_weights_and_manifest(make_artifact):
+    directory = make_artifact(["a", "b", "c"], seed=3)
+    model, manifest = load_artifact(directory)
+    assert manifest.models == ["a", "b", "c"]
+    assert manifest.weights_sha256
+    torch.manual_seed(0)
+    emb = torch.randn(2, 384)
+    model2, _ = load_artifact(directory)
+    assert torch.equal(model.route(emb, 0.5, torch.zeros(2, 3)).scores, model2.route(emb, 0.5, torch.zeros(2, 3)).scores)
+
+
+def test_missing_directory_and_files(tmp_path, make_artifact):
+    with pytest.raises(ArtifactError, match="does not exist"):
+        load_artifact(tmp_path / "nope")
+    directory = make_artifact(["a", "b"])
+    (directory / WEIGHTS_FILE).unlink()
+    with pytest.raises(ArtifactError, match=WEIGHTS_FILE):
+        load_artifact(directory)
+
+
+def test_corrupt_weights_detected_by_hash(make_artifact):
+    directory = make_artifact(["a", "b"])
+    data = bytearray((directory / WEIGHTS_FILE).read_bytes())
+    data[-10] ^= 0xFF
+    (directory / WEIGHTS_FILE).write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="weights_sha256"):
+        load_artifact(directory)
+
+
+def _edit_manifest(directory, **changes):
+    path = directory / MANIFEST_FILE
+    raw = json.loads(path.read_text())
+    for key, value in changes.items():
+        raw[key] = value
+    path.write_text(json.dumps(raw))
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        ({"models": ["a", "b", "c"]}, "n_models"),
+        ({"models": ["a", "a"]}, "unique"),
+        ({"tau_range": [0.9, 0.8]}, "tau_range"),
+        ({"format_version": 99}, "format_version"),
+        ({"cost_normalization": {"space": "usd", "low": 0, "high": 1}}, "space"),
+    ],
+)
+def test_manifest_mismatch_names_the_field(make_artifact, changes, field):
+    directory = make_artifact(["a", "b"])
+    _edit_manifest(directory, **changes)
+    with pytest.raises(ArtifactError, match=field):
+        load_artifact(directory)
+
+
+def test_tensor_shape_mismatch_is_reported(make_artifact):
+    directory = make_artifact(["a", "b"])
+    raw = json.loads((directory / MANIFEST_FILE).read_text())
+    raw["architecture"]["hidden_dim"] = 128
+    (directory / MANIFEST_FILE).write_text(json.dumps(raw))
+    with pytest.raises(ArtifactError, match="shape"):
+        load_artifact(directory)
+
+
+def test_expected_models_and_encoder(make_artifact):
+    directory = make_artifact(["a", "b"])
+    with pytest.raises(ArtifactError, match="expected"):
+        load_artifact(directory, expected_models=["b", "a"])
+    with pytest.raises(ArtifactError, match="encoder"):
+        load_artifact(directory, expected_encoder="microsoft/deberta-v3-small")
+
+
+def test_invalid_json(make_artifact):
+    directory = make_artifact(["a", "b"])
+    (directory / MANIFEST_FILE).write_text("{not json")
+    with pytest.raises(ArtifactError, match="JSON"):
+        read_manifest(directory)
+
+
+@pytest.mark.skipif(not (DEFAULT_ARTIFACT_DIR / MANIFEST_FILE).exists(), reason="default artifact not built")
+def test_bundled_default_artifact_loads():
+    model, manifest = load_artifact()
+    assert len(manifest.models) == 11 and "gpt-4-1106-preview" in manifest.models
+    assert manifest.encoder.name == "all-MiniLM-L6-v2"
+    lo, hi = manifest.tau_range
+    assert 0 < lo < hi <= 1
+    assert (DEFAULT_ARTIFACT_DIR / WEIGHTS_FILE).stat().st_size < 10 * 1024 * 1024

@@ -1,0 +1,45 @@
+import numpy as np
+import pytest
+
+from litellm_proteus.costs import CostNormalizer
+
+
+def test_first_update_sets_percentile_bounds_in_log_space():
+    norm = CostNormalizer()
+    costs = np.logspace(-5, -2, 101)  # log10 from -5 to -2, evenly
+    norm.update(costs)
+    assert norm.low == pytest.approx(-5 + 0.05 * 3, abs=1e-9)
+    assert norm.high == pytest.approx(-2 - 0.05 * 3, abs=1e-9)
+
+
+def test_ema_moves_bounds_by_one_minus_momentum():
+    norm = CostNormalizer(momentum=0.9)
+    norm.update([1e-4] * 10)
+    norm.update([1e-2] * 10)
+    assert norm.low == pytest.approx(0.9 * -4 + 0.1 * -2)
+
+
+def test_normalize_clips_to_unit_interval_and_is_monotone():
+    norm = CostNormalizer()
+    norm.update(np.logspace(-5, -2, 50))
+    out = norm.normalize([1e-9, 1e-5, 1e-4, 1e-3, 1.0])
+    assert out[0] == 0.0 and out[-1] == 1.0
+    assert np.all(np.diff(out) >= 0)
+
+
+def test_zero_cost_is_finite_and_nan_is_ignored_in_update():
+    norm = CostNormalizer()
+    norm.update([np.nan, 1e-4, 1e-3])
+    assert norm.initialised
+    assert np.isfinite(norm.normalize([0.0])).all()
+
+
+def test_round_trip_and_validation():
+    norm = CostNormalizer()
+    norm.update([1e-4, 1e-3])
+    again = CostNormalizer.from_dict(norm.to_dict())
+    assert again.normalize([5e-4]) == pytest.approx(norm.normalize([5e-4]))
+    with pytest.raises(ValueError, match="space"):
+        CostNormalizer.from_dict({**norm.to_dict(), "space": "usd"})
+    with pytest.raises(RuntimeError):
+        CostNormalizer().normalize([1.0])

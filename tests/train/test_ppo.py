@@ -1,0 +1,59 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from train.ppo import calibrate, derive_tau_range, dual_update, masked_bce, reward
+
+
+def test_dual_update_is_projected_gradient_step():
+    assert dual_update(0.0, 0.9, 0.8, 0.4) == pytest.approx(0.04)
+    assert dual_update(0.05, 0.8, 1.0, 0.4) == 0.0  # [.]_+ keeps lambda >= 0
+    assert dual_update(1.0, 0.9, 0.9, 0.4) == 1.0
+    assert dual_update(9.9, 1.0, 0.0, 0.4, lam_max=10.0) == 10.0
+
+
+def test_reward_equation_4():
+    correct = torch.tensor([1.0, 0.0])
+    cost = torch.tensor([0.5, 0.1])
+    r = reward(correct, cost, tau=0.9, tau_norm=0.25, lam=2.0)
+    w_q, w_c = math.exp(0.5), math.exp(1.5)
+    expected = torch.tensor([w_q - w_c * 0.5 + 2.0 * 0.1, -w_c * 0.1 + 2.0 * -0.9])
+    assert torch.allclose(r, expected)
+    no_lambda = reward(correct, cost, tau=0.9, tau_norm=0.25, lam=2.0, use_lambda=False)
+    assert torch.allclose(no_lambda, torch.tensor([w_q - w_c * 0.5, -w_c * 0.1]))
+
+
+def test_reward_weights_shift_from_cost_to_quality():
+    correct, cost = torch.tensor([1.0]), torch.tensor([1.0])
+    low = reward(correct, cost, 0.8, 0.0, 0.0)
+    high = reward(correct, cost, 0.9, 1.0, 0.0)
+    assert float(low) < 0 < float(high)
+
+
+def test_masked_bce_ignores_nan():
+    logits = torch.tensor([[0.0, 5.0]])
+    targets = torch.tensor([[1.0, float("nan")]])
+    assert float(masked_bce(logits, targets)) == pytest.approx(math.log(2), rel=1e-5)
+
+
+def test_derived_tau_range_uses_best_single_ceiling_and_oracle():
+    scores = np.array([[1, 0], [0, 1], [1, 1], [0, 0]] * 5, dtype=float)  # each model 0.5, oracle 0.75
+    perfect_p = scores + 0.1 * np.array([1, 0])  # a head that knows the outcomes: ceiling 0.75
+    lo, hi = derive_tau_range(scores, perfect_p, below_best=0.1)
+    assert lo == pytest.approx(0.4) and hi == pytest.approx(0.74)  # capped 0.01 under the oracle
+    clueless = np.tile([0.9, 0.1], (20, 1))  # always model 0: ceiling = best single = 0.5
+    assert derive_tau_range(scores, clueless, below_best=0.1) == (0.4, 0.51)
+
+
+def test_calibration_is_monotone_and_conservative():
+    taus = np.array([0.80, 0.82, 0.84, 0.86, 0.88])
+    acc = np.array([0.83, 0.82, 0.86, 0.87, 0.89])  # dips: envelope must not trust 0.83 at 0.80
+    table, declared = calibrate(taus, acc, margin=0.0, step=0.01)
+    req, pol = np.array(table.requested), np.array(table.policy_tau)
+    assert np.all(np.diff(pol) >= 0)
+    assert declared == (0.80, 0.89)
+    # requested 0.83 needs a policy tau whose envelope accuracy >= 0.83 -> 0.84 (not 0.80)
+    assert pol[np.isclose(req, 0.83)][0] == pytest.approx(0.84)
+    assert pol[np.isclose(req, 0.82)][0] == pytest.approx(0.80)

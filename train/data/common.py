@@ -1,0 +1,357 @@
+"""Shared pieces of the routing-log loaders: reading tables, prompt text, token estimates, splits
+named by files, concatenation and the clean-up policy (all-NaN rows, duplicate ids).
+
+Token estimator (documented choice): ``ceil(characters / 4)``, the usual rule of thumb for English
+BPE tokenizers.  It only feeds cost estimates and the manifest's average token counts, where a
+tokenizer-exact count would not change routing.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .logs import RoutingLog
+
+SUFFIXES = (".pkl", ".pickle", ".csv", ".parquet", ".jsonl")
+FORMATS = ("routerbench", "sprout", "routellm")
+CHARS_PER_TOKEN = 4
+# Split names accepted in a ``split`` column or a file name, and what they mean.
+SPLIT_ALIASES = {"train": "train", "val": "val", "validation": "val", "test": "test"}
+
+
+class RoutingLogWarning(UserWarning):
+    """Something in the input was dropped or repaired while loading (the message has the counts)."""
+
+
+@dataclass
+class Table:
+    """One input file, parsed.  ``from_dir``: found by scanning a directory (not named by the user)."""
+
+    path: Path
+    frame: pd.DataFrame
+    from_dir: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# files
+# --------------------------------------------------------------------------------------------
+def resolve_files(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
+    """Files named directly, plus every supported file below each directory (recursive, sorted)."""
+    out: dict[Path, bool] = {}
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.is_dir():
+            for found in sorted(path.rglob("*")):
+                hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+                if found.is_file() and found.suffix.lower() in SUFFIXES and not hidden:
+                    out.setdefault(found.resolve(), True)
+        elif path.is_file():
+            if path.suffix.lower() not in SUFFIXES:
+                raise ValueError(
+                    f"{path}: unsupported file type {path.suffix!r}; accepted: {', '.join(SUFFIXES)} or a directory"
+                )
+            out[path.resolve()] = False  # named explicitly: errors are not skipped
+        else:
+            raise FileNotFoundError(f"routing log path not found: {path}")
+    return sorted(out.items(), key=lambda item: item[0].as_posix())
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Parse one file.  Id-like columns are read as text so ``"007"`` stays ``"007"``."""
+    suffix = path.suffix.lower()
+    if suffix in (".pkl", ".pickle"):
+        # A pickle can run code when loaded: only load files you trust (e.g. the RouterBench hub files).
+        frame = pd.read_pickle(path)
+        if not isinstance(frame, pd.DataFrame):
+            raise ValueError(f"{path}: the pickle holds a {type(frame).__name__}, expected a pandas DataFrame")
+        return frame
+    if suffix == ".csv":
+        return pd.read_csv(path, dtype={"sample_id": str, "id": str, "split": str}, low_memory=False)
+    if suffix == ".parquet":
+        return pd.read_parquet(path)
+    if suffix == ".jsonl":
+        records = []
+        with path.open("r", encoding="utf-8") as handle:
+            for lineno, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+        return pd.DataFrame.from_records(records)
+    raise ValueError(f"{path}: unsupported file type {suffix!r}; accepted: {', '.join(SUFFIXES)}")
+
+
+def files_sha256(paths: Iterable[str | Path]) -> str:
+    """SHA-256 of the raw bytes of ``paths`` concatenated in path order.
+
+    Same value as ``cat $(sorted paths) | sha256sum``, so anyone can check a manifest by hand."""
+    digest = hashlib.sha256()
+    for path in sorted({Path(p).as_posix() for p in paths}):
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def split_from_name(path: Path) -> str | None:
+    """``x_train.csv`` / ``x-validation.jsonl`` / hub shards ``train-00000-of-00001.parquet``.
+
+    The stem is cut at ``_ - .``; the *last* token names the split, or else the *first* one (hub
+    shard names).  Tokens elsewhere (``my_test_logs.csv``) do not, to avoid accidental matches."""
+    tokens = [t for t in re.split(r"[_\-.]", path.stem.lower()) if t]
+    for token in (tokens[-1:] + tokens[:1]) if tokens else []:
+        if token in SPLIT_ALIASES:
+            return SPLIT_ALIASES[token]
+    return None
+
+
+def table_split(table: Table) -> tuple[np.ndarray | None, str]:
+    """Per-row split from a ``split`` column (wins) or the file name; ``(None, "")`` when neither."""
+    frame, path = table.frame, table.path
+    if "split" in frame.columns:
+        raw = frame["split"]
+        norm = raw.astype("string").str.strip().str.lower().map(SPLIT_ALIASES)
+        bad = sorted({str(v) for v, ok in zip(raw.tolist(), norm.notna().tolist()) if not ok})
+        if bad:
+            raise ValueError(
+                f"{path}: column 'split' has values {bad[:5]}; allowed: {sorted(SPLIT_ALIASES)} (validation = val)"
+            )
+        return norm.to_numpy(dtype=object), "column"
+    name = split_from_name(path)
+    if name is None:
+        return None, ""
+    return np.full(len(frame), name, dtype=object), "files"
+
+
+# --------------------------------------------------------------------------------------------
+# cells
+# --------------------------------------------------------------------------------------------
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, dict):  # chat message
+        return str(part.get("content", ""))
+    return "" if _is_missing(part) else str(part)
+
+
+def prompt_text(value: Any) -> str:
+    """A prompt cell as text.
+
+    Lists of turns (a Python/JSON list string ``"['...', '...']"`` as in RouterBench, a real list, or
+    chat messages ``[{"role": ..., "content": ...}]``) become the turns joined by a blank line; a
+    string that does not parse as a list is kept verbatim."""
+    if isinstance(value, str):
+        stripped = value.strip()
+        if not (stripped.startswith("[") and stripped.endswith("]")):
+            return value
+        try:
+            parsed = ast.literal_eval(stripped)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            try:
+                parsed = json.loads(stripped)
+            except ValueError:
+                return value
+        if not isinstance(parsed, (list, tuple)):
+            return value
+        value = parsed
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return "\n\n".join(_part_text(p) for p in value)
+    return _part_text(value)
+
+
+def estimate_tokens(texts: Iterable[Any]) -> np.ndarray:
+    """``ceil(chars / 4)`` per text (see module docstring); NaN where the text is missing."""
+    lengths = pd.Series(list(texts), dtype=object).map(lambda t: np.nan if _is_missing(t) else len(str(t)))
+    return np.ceil(lengths.to_numpy(dtype=np.float64) / CHARS_PER_TOKEN)
+
+
+def response_tokens(column: pd.Series) -> np.ndarray:
+    """Token estimate of a response column; list strings ``"['A']"`` count without the wrapper.
+
+    (Parsing every response would be slow on the full RouterBench table; the 4 wrapper characters are
+    all the parse would remove for a one-turn answer.)"""
+    text = column.astype("string")
+    lengths = text.str.len().astype("float64")
+    wrapped = text.str.match(r"^\[['\"]").fillna(False) & text.str.contains(r"['\"]\]$").fillna(False)
+    lengths = lengths - 4 * wrapped.astype("float64")
+    return np.ceil(lengths.to_numpy(dtype=np.float64, na_value=np.nan) / CHARS_PER_TOKEN)
+
+
+def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    try:
+        return pd.to_numeric(frame[column], errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: column {column!r} must be numeric ({exc})") from None
+
+
+def check_scores(scores: np.ndarray, models: Sequence[str], path: Path, what: str = "score") -> None:
+    """Scores must lie in [0, 1]; name the column at fault instead of RoutingLog's generic error."""
+    for j, model in enumerate(models):
+        col = scores[:, j]
+        finite = col[np.isfinite(col)]
+        if finite.size and (finite.min() < 0 or finite.max() > 1):
+            raise ValueError(
+                f"{path}: {what} of model {model!r} outside [0, 1] (min {finite.min():g}, max {finite.max():g})"
+            )
+
+
+def sample_ids(frame: pd.DataFrame, path: Path) -> list[str]:
+    """``sample_id`` (or ``id``) column as text; otherwise ``<file name>:<row>`` (unique per file)."""
+    for column in ("sample_id", "id"):
+        if column in frame.columns:
+            return [f"{path.name}:{i}" if _is_missing(v) else str(v) for i, v in enumerate(frame[column].tolist())]
+    return [f"{path.name}:{i}" for i in range(len(frame))]
+
+
+def base_log(table: Table, models: list[str], scores: np.ndarray, costs: np.ndarray, *, task: list[str] | None,
+             prompts: list[str], output_tokens: np.ndarray | None, input_tokens: np.ndarray, source: str) -> RoutingLog:
+    """One table's log with ids and the split it declares (column or file name)."""
+    split, method = table_split(table)
+    return RoutingLog(
+        prompts=prompts, scores=scores, costs=costs, models=list(models), task=task, split=split,
+        sample_ids=sample_ids(table.frame, table.path), output_tokens=output_tokens,
+        input_tokens=input_tokens, source=source, paths=[table.path.as_posix()], split_method=method,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# concatenation and clean-up
+# --------------------------------------------------------------------------------------------
+def concat_logs(logs: Sequence[RoutingLog]) -> RoutingLog:
+    """Row-wise concatenation.  Model sets must be equal (columns are re-ordered to the first log's
+    order); a split must be known for all rows or none; missing tasks become ``""``."""
+    if not logs:
+        raise ValueError("no routing logs to concatenate")
+    first = logs[0]
+    models = list(first.models)
+    for other in logs[1:]:
+        if set(other.models) != set(models):
+            raise ValueError(
+                f"models differ between inputs: {first.paths[:1]} has {sorted(models)}, {other.paths[:1]} has "
+                f"{sorted(other.models)} (only in the first: {sorted(set(models) - set(other.models))}, only in the "
+                f"second: {sorted(set(other.models) - set(models))}); load them separately or align the model columns"
+            )
+    with_split = [lg for lg in logs if lg.split is not None]
+    if with_split and len(with_split) != len(logs):
+        missing = [p for lg in logs if lg.split is None for p in lg.paths]
+        raise ValueError(
+            f"a split is known for some inputs but not for {missing}; name every file *_train/*_val/*_test "
+            "(or *_validation) or give every file a 'split' column, or neither"
+        )
+
+    def cols(lg: RoutingLog, arr: np.ndarray | None) -> np.ndarray:
+        order = [lg.models.index(m) for m in models]
+        if arr is None:
+            return np.full((len(lg), len(models)), np.nan)
+        return np.asarray(arr, dtype=np.float64)[:, order]
+
+    any_task = any(lg.task is not None for lg in logs)
+    any_out = any(lg.output_tokens is not None for lg in logs)
+    methods = sorted({lg.split_method for lg in logs if lg.split_method})
+    return RoutingLog(
+        prompts=[p for lg in logs for p in lg.prompts],
+        scores=np.concatenate([cols(lg, lg.scores) for lg in logs]),
+        costs=np.concatenate([cols(lg, lg.costs) for lg in logs]),
+        models=models,
+        task=[t for lg in logs for t in (lg.task or [""] * len(lg))] if any_task else None,
+        split=np.concatenate([lg.split for lg in logs]) if with_split else None,
+        sample_ids=[s for lg in logs for s in (lg.sample_ids or [f"{lg.paths[0]}:{i}" for i in range(len(lg))])],
+        output_tokens=np.concatenate([cols(lg, lg.output_tokens) for lg in logs]) if any_out else None,
+        input_tokens=np.concatenate(
+            [np.full(len(lg), np.nan) if lg.input_tokens is None else np.asarray(lg.input_tokens, float) for lg in logs]
+        ),
+        source="+".join(dict.fromkeys(lg.source for lg in logs if lg.source)),
+        paths=sorted({p for lg in logs for p in lg.paths}),
+        split_method="+".join(methods),
+    )
+
+
+# Which copy of a duplicated id survives: the most held-out split first (no leakage into test).
+_SPLIT_PRIORITY = {"test": 0, "val": 1, "train": 2}
+
+
+def clean_log(log: RoutingLog) -> RoutingLog:
+    """The loaders' policy for defective rows, with one warning that gives the counts.
+
+    1. Rows whose score is NaN for every model are dropped (nothing to learn or evaluate).
+    2. Rows with some NaN scores are kept; the NaN cells are masked in training and evaluation.
+    3. Duplicate ``sample_id``: one row per id survives -- the copy in the most held-out split
+       (test > val > train, so an id in both train and test files stays only in test), then the copy
+       with the most observed scores, then the first in (sorted path, row) order.
+    """
+    n0 = len(log)
+    observed = np.isfinite(log.scores)
+    n_obs = observed.sum(axis=1)
+    keep = n_obs > 0
+    n_all_nan = int((~keep).sum())
+    partial = keep & (n_obs < len(log.models))
+    notes: list[str] = [f"dropped {n_all_nan} rows with no observed score (NaN for every model)"]
+
+    n_dup_rows = n_dup_ids = n_cross = 0
+    if log.sample_ids is not None:
+        ids = pd.Series(log.sample_ids, dtype=object)
+        dup_mask = ids.duplicated(keep=False).to_numpy() & keep
+        if dup_mask.any():
+            split = log.split if log.split is not None else np.full(n0, None, dtype=object)
+            frame = pd.DataFrame({
+                "id": ids.to_numpy(), "prio": [_SPLIT_PRIORITY.get(s, 3) for s in split],
+                "neg_obs": -n_obs, "pos": np.arange(n0),
+            })[keep]
+            frame = frame[frame["id"].duplicated(keep=False)]
+            winners = frame.sort_values(["id", "prio", "neg_obs", "pos"], kind="stable").drop_duplicates("id")
+            losers = np.setdiff1d(frame["pos"].to_numpy(), winners["pos"].to_numpy())
+            keep[losers] = False
+            n_dup_rows, n_dup_ids = len(losers), len(winners)
+            n_cross = int((frame.groupby("id")["prio"].nunique() > 1).sum())
+            notes.append(
+                f"{n_dup_rows + n_dup_ids} rows share {n_dup_ids} duplicated sample_ids: kept one row per id, dropped "
+                f"{n_dup_rows} ({n_cross} ids appear in more than one split: kept the test/val copy, no leakage)"
+            )
+    n_partial = int((partial & keep).sum())
+    if n_partial:
+        cells = int((~observed[partial & keep]).sum())
+        notes.append(f"kept {n_partial} rows with partially missing scores ({cells} NaN cells, masked in training)")
+    if not keep.all():  # partial NaN alone is normal (e.g. logs of a live router) and not worth a warning
+        where = ", ".join(Path(p).name for p in log.paths[:4]) + (" ..." if len(log.paths) > 4 else "")
+        warnings.warn(f"{log.source or 'routing log'} ({where}): {n0} rows -> {int(keep.sum())}; " + "; ".join(notes),
+                      RoutingLogWarning, stacklevel=3)
+    return log if keep.all() else log.subset(np.flatnonzero(keep))
+
+
+@dataclass
+class LoadOptions:
+    """Options that only some formats use (see ``load_logs``)."""
+
+    prices: dict[str, tuple[float, float]]
+    skip_contaminated: bool = False
+    # contaminated_prompts.jsonl files named explicitly: applied even without skip_contaminated, so that
+    # re-loading a log's recorded ``paths`` reproduces it
+    contamination_files: list[Path] = field(default_factory=list)
+
+
+def require_columns(table: Table, columns: Sequence[str], fmt: str) -> None:
+    missing = [c for c in columns if c not in table.frame.columns]
+    if missing:
+        raise ValueError(
+            f"{table.path}: missing column {missing[0]!r} for format {fmt!r} (columns present: "
+            f"{[str(c) for c in table.frame.columns][:12]}); accepted formats: auto, {', '.join(FORMATS)}"
+        )
+
+
+def text_column(frame: pd.DataFrame, column: str) -> list[str]:
+    return ["" if _is_missing(v) else str(v) for v in frame[column].tolist()]

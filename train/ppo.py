@@ -1,0 +1,621 @@
+"""PPO-Lagrangian training of PROTEUS (paper section 2), readable top to bottom.
+
+Pipeline (``train(config)``):
+
+1. load routing logs, assign train/val/test splits, embed every prompt with the frozen encoder
+   (on-disk cache);
+2. derive the tau training range from the train/val data (never the test split);
+3. fit the projection + performance head p_i(x) with masked BCE on the train split (early stopping on
+   validation), and out-of-fold p_i(x) for every train row (5 folds).  PPO scores models with the
+   out-of-fold predictions: on in-sample predictions the policy would learn that a cheap mu is
+   "safe" because p is overfit, and miss its targets on new queries;
+4. PPO over single-step episodes: per batch of 32 queries, one session tau (a session = several
+   batches with the same tau, tau ~ U(tau range)), mu ~ Beta(policy(z, tau_norm, lambda)), reward
+   eq. 4 taken in expectation over the model choice softmax(eq. 2 / T) -- exact, since the logs hold
+   every model's outcome, and far less noisy than sampling one model -- and the dual update of eq. 3
+   every 5 batches on the accuracy of deterministic (argmax) routing;
+5. calibrate on validation: a monotone table requested tau -> policy tau such that validation
+   accuracy meets the requested tau (+ margin); the declared tau range is where that is possible;
+6. write the artifact (weights + manifest).
+
+Hyper-parameters live in ``TrainConfig``; every one is a ``proteus train`` flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from litellm_proteus import __version__
+from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, save_artifact
+from litellm_proteus.costs import CostNormalizer
+from litellm_proteus.encoder import DEFAULT_ENCODER, TextEncoder, resolve_device
+from litellm_proteus.model import INFERENCE_LAMBDA, ModelConfig, ProteusModel, routing_scores
+
+from .data.logs import RoutingLog
+from .routing import fill_missing_costs
+
+log = logging.getLogger("proteus.train")
+
+DEFAULT_CACHE_DIR = os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus"))
+
+
+@dataclass
+class TrainConfig:
+    # data
+    data: list[str] = field(default_factory=list)
+    format: str = "auto"
+    seed: int = 0
+    # encoder
+    encoder: str = DEFAULT_ENCODER
+    max_tokens: int = 256
+    truncation: str = "tail"
+    device: str = "auto"
+    cache_dir: str | None = DEFAULT_CACHE_DIR
+    finetune_encoder: bool = False
+    encoder_lr: float = 2e-5
+    finetune_epochs: int = 2
+    # architecture
+    hidden_dim: int = 256
+    use_critic: bool = True
+    fixed_gamma: float | None = None
+    use_lambda: bool = True
+    selection_temperature: float = 0.05
+    # performance head (supervised, masked BCE)
+    perf_epochs: int = 80
+    perf_lr: float = 1e-3
+    perf_weight_decay: float = 1e-2
+    perf_batch_size: int = 64
+    perf_patience: int = 10
+    oof_folds: int = 5
+    # PPO
+    steps: int = 10_000
+    batch_size: int = 32
+    lr: float = 3e-4
+    weight_decay: float = 1e-2
+    max_grad_norm: float = 1.0
+    ppo_epochs: int = 4
+    clip_eps: float = 0.2
+    entropy_coef: float = 1e-3
+    value_coef: float = 0.5
+    scoring_coef: float = 1.0
+    session_batches: int = 10
+    # Lagrangian dual
+    dual_lr: float = 0.4
+    dual_every: int = 5
+    lambda_init: float = 0.0
+    lambda_max: float = 10.0
+    # tau range: None = derived from the data (see derive_tau_range)
+    tau_range: tuple[float, float] | None = None
+    tau_below_best: float = 0.10
+    # validation calibration
+    calibrate: bool = True
+    calibration_margin: float = 0.005
+    calibration_step: float = 0.0025
+    log_every: int = 500
+    progress: bool = True
+
+
+# --------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------
+def load_training_data(config: TrainConfig) -> RoutingLog:
+    from .data import assign_splits, load_logs
+
+    data = load_logs(config.data, format=config.format, seed=config.seed)
+    return assign_splits(data, seed=config.seed)
+
+
+def oracle_accuracy(scores: np.ndarray) -> float:
+    return float(np.nanmax(np.nan_to_num(scores, nan=0.0), axis=1).mean())
+
+
+def best_single_accuracy(scores: np.ndarray) -> float:
+    return float(np.nanmax(np.nanmean(scores, axis=0)))
+
+
+def derive_tau_range(
+    val_scores: np.ndarray, val_p: np.ndarray, below_best: float, headroom: float = 0.01
+) -> tuple[float, float]:
+    """Training tau range from validation data only (never the test split).
+
+    The paper's range runs from the best single model's accuracy to just under the oracle's.  Above
+    what a router can reach, eq. 3 only drives lambda up, so the upper end is instead the reachable
+    ceiling -- validation accuracy of routing every query to argmax_i p_i(x), or the best single
+    model, whichever is higher -- plus ``headroom`` (and at most 0.01 under the oracle).  The lower end
+    sits ``below_best`` under the best single model so economy tiers are trained too.  The declared
+    range is then narrowed by ``calibrate`` to what validation shows is met.
+    """
+    observed = np.nan_to_num(val_scores, nan=0.0)
+    best = best_single_accuracy(val_scores)
+    quality_max = float(observed[np.arange(len(observed)), np.argmax(val_p, axis=1)].mean())
+    hi = min(max(best, quality_max) + headroom, oracle_accuracy(val_scores) - 0.01, 0.999)
+    lo = max(best - below_best, 0.01)
+    return round(lo, 4), round(max(hi, lo + 0.02), 4)
+
+
+# --------------------------------------------------------------------------------------------
+# performance head
+# --------------------------------------------------------------------------------------------
+def masked_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """BCE over observed cells only (NaN target = not observed)."""
+    observed = torch.isfinite(targets)
+    return F.binary_cross_entropy_with_logits(logits[observed], targets[observed])
+
+
+def fit_performance_head(
+    model: ProteusModel,
+    emb_train: torch.Tensor,
+    y_train: torch.Tensor,
+    emb_val: torch.Tensor,
+    y_val: torch.Tensor,
+    config: TrainConfig,
+    generator: torch.Generator,
+) -> float:
+    """Train projection + performance head; keep the weights with the best validation loss."""
+    params = list(model.projection.parameters()) + list(model.performance_head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=config.perf_lr, weight_decay=config.perf_weight_decay)
+    best_loss, best_state, stale = math.inf, None, 0
+    n = len(emb_train)
+    for _epoch in range(config.perf_epochs):
+        model.train()
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, config.perf_batch_size):
+            idx = order[start : start + config.perf_batch_size]
+            loss = masked_bce(model.performance_logits(model.embed(emb_train[idx])), y_train[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            val_loss = float(masked_bce(model.performance_logits(model.embed(emb_val)), y_val))
+        if val_loss < best_loss - 1e-5:
+            best_loss, stale = val_loss, 0
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            stale += 1
+            if stale >= config.perf_patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return best_loss
+
+
+def out_of_fold_predictions(
+    model_config: ModelConfig, emb: torch.Tensor, y: torch.Tensor, config: TrainConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """p_i(x) for each train row from a head that never saw that row (k-fold cross-fitting)."""
+    n = len(emb)
+    folds = torch.randperm(n, generator=generator) % config.oof_folds
+    oof = torch.zeros_like(y)
+    for fold in range(config.oof_folds):
+        held = folds == fold
+        fold_model = ProteusModel(model_config)
+        # the fold's own early-stopping split comes from its training part
+        fit_idx = torch.nonzero(~held).squeeze(-1)
+        stop = fit_idx[torch.randperm(len(fit_idx), generator=generator)[: max(len(fit_idx) // 8, 1)]]
+        keep = fit_idx[~torch.isin(fit_idx, stop)]
+        fit_performance_head(fold_model, emb[keep], y[keep], emb[stop], y[stop], config, generator)
+        with torch.no_grad():
+            oof[held] = torch.sigmoid(fold_model.performance_logits(fold_model.embed(emb[held])))
+    return oof
+
+
+# --------------------------------------------------------------------------------------------
+# reward and dual update (eq. 3, eq. 4)
+# --------------------------------------------------------------------------------------------
+def reward(
+    correct: torch.Tensor, cost_norm: torch.Tensor, tau: float, tau_norm: float, lam: float, use_lambda: bool = True
+) -> torch.Tensor:
+    """Eq. 4: w_q(tau) p - w_c(tau) c_hat + lambda (p - tau), w_q = e^{2 tau_n}, w_c = e^{2 (1 - tau_n)}."""
+    w_q = math.exp(2.0 * tau_norm)
+    w_c = math.exp(2.0 * (1.0 - tau_norm))
+    r = w_q * correct - w_c * cost_norm
+    if use_lambda:
+        r = r + lam * (correct - tau)
+    return r
+
+
+def dual_update(lam: float, tau: float, batch_accuracy: float, lr: float, lam_max: float = math.inf) -> float:
+    """Eq. 3: lambda <- [lambda + eta (tau - p_batch)]_+ (also capped at lam_max for stability)."""
+    return float(min(max(lam + lr * (tau - batch_accuracy), 0.0), lam_max))
+
+
+# --------------------------------------------------------------------------------------------
+# PPO
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Rollout:
+    z: torch.Tensor  # [B, H] query representations (frozen)
+    p: torch.Tensor  # [B, K] out-of-fold predicted correctness used in eq. 2
+    outcomes: torch.Tensor  # [B, K] logged correctness (unobserved -> p)
+    cost_norm: torch.Tensor  # [B, K] c_hat
+    tau: float
+    tau_norm: float
+    lam: float  # dual variable in the reward
+    lam_input: float  # dual variable the policy sees (0 for --no-lambda)
+    mu: torch.Tensor  # [B] sampled actions
+    log_prob: torch.Tensor  # [B] log Beta(mu) at sampling time
+    advantages: torch.Tensor  # [B]
+    returns: torch.Tensor  # [B]
+
+
+def expected_reward(model: ProteusModel, batch: Rollout, mu: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """E over the model choice m ~ softmax(eq. 2 / T) of the eq. 4 reward, exact because routing
+    logs are full-information (every model's outcome is known).  Differentiable in b and gamma."""
+    choice_probs = torch.softmax(
+        routing_scores(batch.p, mu, model.boost, model.gamma, batch.cost_norm) / config.selection_temperature, dim=-1
+    )
+    per_model = reward(batch.outcomes, batch.cost_norm, batch.tau, batch.tau_norm, batch.lam, config.use_lambda)
+    return (choice_probs * per_model).sum(-1)
+
+
+def ppo_update(model: ProteusModel, optimizer, batch: Rollout, config: TrainConfig) -> dict[str, float]:
+    """Clipped PPO on mu, plus the pathwise gradient of the expected reward for b and gamma."""
+    stats: dict[str, float] = {}
+    for _ in range(config.ppo_epochs):
+        policy = model.policy(batch.z, batch.tau_norm, batch.lam_input)
+        ratio = torch.exp(policy.log_prob(batch.mu) - batch.log_prob)
+        clipped = torch.clamp(ratio, 1 - config.clip_eps, 1 + config.clip_eps)
+        policy_loss = -torch.min(ratio * batch.advantages, clipped * batch.advantages).mean()
+        entropy = policy.entropy().mean()
+        scoring_loss = -expected_reward(model, batch, batch.mu, config).mean()
+        loss = policy_loss - config.entropy_coef * entropy + config.scoring_coef * scoring_loss
+        if model.critic is not None:
+            value_loss = F.mse_loss(model.value(batch.z, batch.tau_norm, batch.lam_input), batch.returns)
+            loss = loss + config.value_coef * value_loss
+            stats["value_loss"] = float(value_loss.detach())
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+    stats.update(policy_loss=float(policy_loss.detach()), entropy=float(entropy.detach()))
+    return stats
+
+
+def train_policy(
+    model: ProteusModel,
+    emb: torch.Tensor,
+    scores: np.ndarray,
+    costs: np.ndarray,
+    p_oof: torch.Tensor,
+    tau_range: tuple[float, float],
+    config: TrainConfig,
+    rng: np.random.Generator,
+) -> tuple[CostNormalizer, list[dict[str, float]]]:
+    """PPO with session-based tau sampling and the Lagrangian dual; returns the cost normaliser."""
+    lo, hi = tau_range
+    # Only the policy, critic, boosts and gamma move; projection + performance head are frozen.
+    for module in (model.projection, model.performance_head):
+        module.requires_grad_(False)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
+    with torch.no_grad():
+        z_all = model.embed(emb)
+    normalizer = CostNormalizer()
+    scores_t = torch.as_tensor(scores, dtype=torch.float32)
+    outcomes_all = torch.where(torch.isfinite(scores_t), scores_t, p_oof)
+    lam, tau, tau_norm = config.lambda_init, lo, 0.0
+    window_acc: list[float] = []
+    history: list[dict[str, float]] = []
+    bar = None
+    if config.progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.steps, desc="training (PPO)", unit="batch")
+    for step in range(config.steps):
+        if step % config.session_batches == 0:  # new session: one tau for several batches
+            tau = float(rng.uniform(lo, hi))
+            tau_norm = (tau - lo) / (hi - lo)
+        idx = rng.choice(len(emb), size=config.batch_size, replace=False)
+        normalizer.update(costs[idx])
+        lam_input = lam if config.use_lambda else 0.0
+        model.eval()
+        with torch.no_grad():
+            batch = Rollout(
+                z=z_all[idx],
+                p=p_oof[idx],
+                outcomes=outcomes_all[idx],
+                cost_norm=torch.as_tensor(normalizer.normalize(costs[idx])),
+                tau=tau,
+                tau_norm=tau_norm,
+                lam=lam,
+                lam_input=lam_input,
+                mu=torch.empty(0),
+                log_prob=torch.empty(0),
+                advantages=torch.empty(0),
+                returns=torch.empty(0),
+            )
+            policy = model.policy(batch.z, tau_norm, lam_input)
+            batch.mu = policy.sample()
+            batch.log_prob = policy.log_prob(batch.mu)
+            batch.returns = expected_reward(model, batch, batch.mu, config)
+            baseline = model.value(batch.z, tau_norm, lam_input) if model.critic is not None else batch.returns.mean()
+            advantages = batch.returns - baseline  # no critic: REINFORCE with a batch-mean baseline
+            batch.advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            # what deterministic routing at this mu would score (for the dual update and the log)
+            choice = routing_scores(batch.p, batch.mu, model.boost, model.gamma, batch.cost_norm).argmax(-1)
+            accuracy = float(batch.outcomes.gather(-1, choice[:, None]).mean())
+            cost_usd = float(costs[idx, choice.numpy()].mean())
+        model.train()
+        stats = ppo_update(model, optimizer, batch, config)
+        window_acc.append(accuracy)
+        if config.use_lambda and (step + 1) % config.dual_every == 0:
+            lam = dual_update(lam, tau, float(np.mean(window_acc)), config.dual_lr, config.lambda_max)
+            window_acc.clear()
+        if (step + 1) % 50 == 0 or step == 0:
+            history.append(
+                {
+                    "step": step + 1,
+                    "tau": tau,
+                    "lambda": lam,
+                    "mu_mean": float(batch.mu.mean()),
+                    "accuracy": accuracy,
+                    "cost_usd": cost_usd,
+                    "gamma": float(model.gamma.detach()),
+                    **stats,
+                }
+            )
+        if bar is not None:
+            bar.update(1)
+            if (step + 1) % 50 == 0:
+                h = history[-1]
+                bar.set_postfix(tau=f"{tau:.3f}", lam=f"{lam:.2f}", mu=f"{h['mu_mean']:.2f}", acc=f"{h['accuracy']:.2f}")
+        if config.log_every and (step + 1) % config.log_every == 0:
+            recent = history[-max(config.log_every // 50, 1) :]
+            log.info(
+                "step %d  lambda %.3f  mean mu %.3f  batch acc %.3f  cost/call $%.5f  gamma %.2f",
+                step + 1,
+                lam,
+                np.mean([h["mu_mean"] for h in recent]),
+                np.mean([h["accuracy"] for h in recent]),
+                np.mean([h["cost_usd"] for h in recent]),
+                history[-1]["gamma"],
+            )
+    if bar is not None:
+        bar.close()
+    return normalizer, history
+
+
+# --------------------------------------------------------------------------------------------
+# validation calibration
+# --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def accuracy_curve(
+    model: ProteusModel,
+    emb: torch.Tensor,
+    scores: np.ndarray,
+    cost_norm: np.ndarray,
+    policy_taus: np.ndarray,
+    tau_range: tuple[float, float],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and mean mu of deterministic routing (lambda = 1) at each policy tau."""
+    lo, hi = tau_range
+    observed = np.nan_to_num(scores, nan=0.0)
+    accs, mus = [], []
+    for tau in policy_taus:
+        out = model.route(emb, (tau - lo) / (hi - lo), torch.as_tensor(cost_norm), lam=INFERENCE_LAMBDA)
+        choice = out.choice.numpy()
+        accs.append(observed[np.arange(len(choice)), choice].mean())
+        mus.append(float(out.mu.mean()))
+    return np.asarray(accs), np.asarray(mus)
+
+
+def calibrate(
+    policy_taus: np.ndarray, accuracies: np.ndarray, margin: float, step: float
+) -> tuple[TauCalibration, tuple[float, float]]:
+    """Monotone table requested tau -> smallest policy tau whose validation accuracy (made
+    non-decreasing from above: acc_c(t) = min_{t' >= t} acc(t')) reaches requested + margin.
+
+    Declared range: from the training range's lower end up to the highest requested tau reachable.
+    """
+    conservative = np.minimum.accumulate(accuracies[::-1])[::-1]
+    lo = float(policy_taus[0])
+    top = float(conservative[-1] - margin)
+    hi = max(top, lo + step)
+    requested = np.round(np.arange(lo, hi + 1e-9, step), 6)
+    mapped = []
+    for target in requested:
+        ok = np.nonzero(conservative >= target + margin)[0]
+        mapped.append(float(policy_taus[ok[0]]) if ok.size else float(policy_taus[-1]))
+    table = TauCalibration(requested=requested.tolist(), policy_tau=mapped, margin=margin)
+    return table, (round(lo, 4), round(float(requested[-1]), 4))
+
+
+# --------------------------------------------------------------------------------------------
+# the whole pipeline
+# --------------------------------------------------------------------------------------------
+def set_determinism(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def make_encoder(config: TrainConfig) -> TextEncoder:
+    cache = os.path.join(config.cache_dir, "embeddings") if config.cache_dir else None
+    return TextEncoder(
+        config.encoder,
+        device=config.device,
+        max_tokens=config.max_tokens,
+        truncation=config.truncation,  # type: ignore[arg-type]
+        cache_dir=cache,
+    )
+
+
+FINETUNED_ENCODER_DIR = "encoder"
+
+
+def finetune_encoder(
+    encoder: TextEncoder, data: RoutingLog, train_idx: np.ndarray, config: TrainConfig, generator: torch.Generator
+) -> None:
+    """--finetune-encoder: adapt the encoder to the routing task with the performance loss.
+
+    A temporary projection + performance head is trained jointly with the encoder (encoder_lr for
+    the encoder, perf_lr for the head) for ``finetune_epochs`` epochs of masked BCE on the train
+    split; the tuned encoder then re-embeds every prompt (its cache fingerprint changes, so cached
+    frozen embeddings are never reused) and is saved inside the artifact.
+    """
+    encoder.name = f"{encoder.name}+finetuned(seed={config.seed})"
+    encoder.cache = None
+    head = ProteusModel(ModelConfig(embed_dim=encoder.embed_dim, n_models=len(data.models), hidden_dim=config.hidden_dim))
+    head.to(encoder.device)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": encoder.model.parameters(), "lr": config.encoder_lr},
+            {"params": list(head.projection.parameters()) + list(head.performance_head.parameters()), "lr": config.perf_lr},
+        ],
+        weight_decay=config.perf_weight_decay,
+    )
+    targets = torch.as_tensor(data.scores, dtype=torch.float32)
+    encoder.model.train()
+    for _epoch in range(config.finetune_epochs):
+        order = train_idx[torch.randperm(len(train_idx), generator=generator).numpy()]
+        for start in range(0, len(order), config.batch_size):
+            idx = order[start : start + config.batch_size]
+            emb = encoder.encode_tensor([data.prompts[i] for i in idx])
+            loss = masked_bce(head.performance_logits(head.embed(emb)), targets[idx].to(encoder.device))
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(encoder.model.parameters(), config.max_grad_norm)
+            optimizer.step()
+    encoder.model.eval()
+    encoder.model.to("cpu" if encoder.device == "cpu" else encoder.device)
+
+
+def average_tokens(data: RoutingLog, tokens: np.ndarray | None, default: float) -> dict[str, float]:
+    if tokens is None:
+        return {m: default for m in data.models}
+    values = np.asarray(tokens, dtype=np.float64)
+    if values.ndim == 1:
+        values = np.repeat(values[:, None], len(data.models), axis=1)
+    means = np.nanmean(np.where(np.isfinite(values), values, np.nan), axis=0)
+    return {m: float(v) if np.isfinite(v) else default for m, v in zip(data.models, means)}
+
+
+def train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
+    threads = torch.get_num_threads()
+    # The heads are tiny: thread synchronisation costs more than it saves (measured 30 ms vs 350 ms
+    # per PPO batch on 2 busy cores).  The encoder, which has real matmuls, keeps all threads.
+    try:
+        return _train(config, out_dir, threads)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int) -> Manifest:
+    started = time.perf_counter()
+    set_determinism(config.seed)
+    rng = np.random.default_rng(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    data = load_training_data(config)
+    parts = {name: np.flatnonzero(data.split == name) for name in ("train", "val", "test")}
+    encoder = make_encoder(config)
+    if config.finetune_encoder:
+        finetune_encoder(encoder, data, parts["train"], config, generator)
+    embeddings = encoder.encode(data.prompts, progress=config.progress)
+    timings = {"encode_s": time.perf_counter() - started}
+    torch.set_num_threads(1)
+    if len(parts["train"]) < 10 or len(parts["val"]) < 5:
+        raise ValueError(f"too little data after splitting: {({k: len(v) for k, v in parts.items()})}")
+    train_idx, val_idx = parts["train"], parts["val"]
+    emb_t = torch.as_tensor(embeddings)
+    y = torch.as_tensor(data.scores, dtype=torch.float32)
+    costs = fill_missing_costs(data.costs)
+
+    model_config = ModelConfig(
+        embed_dim=encoder.embed_dim,
+        n_models=len(data.models),
+        hidden_dim=config.hidden_dim,
+        use_critic=config.use_critic,
+        fixed_gamma=config.fixed_gamma,
+        selection_temperature=config.selection_temperature,
+    )
+    model = ProteusModel(model_config)
+
+    t0 = time.perf_counter()
+    val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator)
+    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator)
+    timings["performance_head_s"] = time.perf_counter() - t0
+    log.info("performance head: validation BCE %.4f", val_bce)
+    with torch.no_grad():
+        val_p = torch.sigmoid(model.performance_logits(model.embed(emb_t[val_idx]))).numpy()
+    tau_range = tuple(config.tau_range) if config.tau_range else derive_tau_range(
+        data.scores[val_idx], val_p, config.tau_below_best
+    )
+    log.info("tau training range [%.4f, %.4f]", *tau_range)
+
+    t0 = time.perf_counter()
+    normalizer, history = train_policy(
+        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng
+    )
+    timings["ppo_s"] = time.perf_counter() - t0
+
+    policy_taus = np.round(np.arange(tau_range[0], tau_range[1] + 1e-9, config.calibration_step), 6)
+    val_cost_norm = normalizer.normalize(costs[val_idx])
+    val_acc, val_mu = accuracy_curve(model, emb_t[val_idx], data.scores[val_idx], val_cost_norm, policy_taus, tau_range)
+    if config.calibrate:
+        calibration, declared = calibrate(policy_taus, val_acc, config.calibration_margin, config.calibration_step)
+    else:
+        calibration, declared = TauCalibration(), tau_range
+    timings["total_s"] = time.perf_counter() - started
+
+    train_config = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
+    manifest = Manifest(
+        models=data.models,
+        encoder=EncoderSpec(
+            name=FINETUNED_ENCODER_DIR if config.finetune_encoder else config.encoder,
+            bundled=config.finetune_encoder,
+            embed_dim=encoder.embed_dim,
+            max_tokens=config.max_tokens,
+            truncation=config.truncation,
+        ),
+        architecture=model_config,
+        tau_range=declared,
+        tau_train_range=tau_range,
+        cost_normalization=normalizer.to_dict(),
+        avg_input_tokens=average_tokens(data.subset(train_idx), None if data.input_tokens is None else data.input_tokens[train_idx], 500.0),
+        avg_output_tokens=average_tokens(
+            data.subset(train_idx), None if data.output_tokens is None else data.output_tokens[train_idx], 256.0
+        ),
+        calibration=calibration,
+        training={
+            "config": train_config,
+            "device": resolve_device(config.device),
+            "timings_s": {k: round(v, 2) for k, v in timings.items()},
+            "final": history[-1] if history else {},
+        },
+        data=DataRecord(
+            paths=[str(Path(p).resolve()) for p in config.data],
+            sha256=data.sha256 or data.content_hash(),
+            source=data.source,
+            n_rows=len(data),
+            split={k: int(len(v)) for k, v in parts.items()},
+            split_method=data.split_method,
+            split_seed=config.seed,
+        ),
+        metrics={
+            "val_bce": round(val_bce, 5),
+            "val_best_single_accuracy": round(best_single_accuracy(data.scores[val_idx]), 4),
+            "val_oracle_accuracy": round(oracle_accuracy(data.scores[val_idx]), 4),
+            "val_curve": {
+                "policy_tau": policy_taus.tolist(),
+                "accuracy": np.round(val_acc, 4).tolist(),
+                "mu_mean": np.round(val_mu, 4).tolist(),
+            },
+        },
+        package_version=__version__,
+    )
+    save_artifact(out_dir, model, manifest)
+    if config.finetune_encoder:
+        encoder.model.save_pretrained(Path(out_dir) / FINETUNED_ENCODER_DIR)
+        encoder.tokenizer.save_pretrained(Path(out_dir) / FINETUNED_ENCODER_DIR)
+    return manifest

@@ -1,0 +1,69 @@
+"""Vectorised PROTEUS routing over a whole routing log (training validation, eval, calibration).
+
+The proxy routes request by request through ``litellm_proteus.predictor``; offline we route
+thousands of logged queries at many taus, with each row's *logged* per-call costs as c_i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from litellm_proteus.artifact import Manifest
+from litellm_proteus.model import INFERENCE_LAMBDA, ProteusModel
+from litellm_proteus.predictor import TauMapper
+
+
+@dataclass
+class RouteResult:
+    choice: np.ndarray  # [N] slot index
+    mu: np.ndarray  # [N]
+    p: np.ndarray  # [N, K] predicted correctness
+
+
+def fill_missing_costs(costs_usd: np.ndarray) -> np.ndarray:
+    """NaN cost cells -> that model's mean logged cost (a model is never free by omission)."""
+    costs = np.array(costs_usd, dtype=np.float64)
+    col_mean = np.nanmean(np.where(np.isfinite(costs), costs, np.nan), axis=0)
+    col_mean = np.where(np.isfinite(col_mean), col_mean, np.nanmean(col_mean))
+    rows, cols = np.where(~np.isfinite(costs))
+    costs[rows, cols] = col_mean[cols]
+    return costs
+
+
+@torch.inference_mode()
+def route_log(
+    model: ProteusModel,
+    manifest: Manifest,
+    embeddings: np.ndarray,
+    costs_usd: np.ndarray,
+    tau: float | np.ndarray,
+    *,
+    calibrated: bool = True,
+    batch_size: int = 4096,
+) -> RouteResult:
+    """Route every row at ``tau`` (scalar or per-row) exactly as the runtime would (lambda = 1)."""
+    model.eval()
+    n = len(embeddings)
+    taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), (n,))
+    mapper = TauMapper(manifest)
+    if calibrated:
+        tau_norm = np.array([mapper.policy_tau_norm(mapper.effective(t)[0]) for t in taus], dtype=np.float32)
+    else:
+        tau_norm = np.array([manifest.tau_norm(t) for t in taus], dtype=np.float32)
+    cost_norm = manifest.cost_normalizer.normalize(fill_missing_costs(costs_usd))
+    choices, mus, ps = [], [], []
+    for start in range(0, n, batch_size):
+        sl = slice(start, start + batch_size)
+        out = model.route(
+            torch.as_tensor(embeddings[sl], dtype=torch.float32),
+            torch.as_tensor(tau_norm[sl]),
+            torch.as_tensor(cost_norm[sl]),
+            lam=INFERENCE_LAMBDA,
+        )
+        choices.append(out.choice.numpy())
+        mus.append(out.mu.numpy())
+        ps.append(out.p.numpy())
+    return RouteResult(choice=np.concatenate(choices), mu=np.concatenate(mus), p=np.concatenate(ps))
