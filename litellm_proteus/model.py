@@ -19,11 +19,12 @@ Choices where the paper is silent (also in the README):
 - the policy reads z *detached*: the projection is learned by the performance loss only, so RL
   noise cannot degrade p_i(x);
 - lambda-gating: the policy trunk's hidden units are multiplied by sigmoid(W_g [tau_norm, lambda]),
-  letting constraint pressure switch features on and off;
+  letting constraint pressure switch features on and off; [tau_norm, lambda] also feed the Beta
+  head directly (a skip connection);
 - gamma = 2 + 6 * sigmoid(g_raw) keeps gamma in [2, 8] by construction;
-- b and gamma are trained by the pathwise gradient of the reward's expectation over the model
-  choice softmax(s / T) (T = ``selection_temperature``; see train/ppo.py); inference takes the
-  argmax, the T -> 0 limit.
+- b is fitted to maximise the accuracy of quality-seeking routing (mu = 1), gamma by the pathwise
+  gradient of the reward's expectation over the model choice softmax(s / T)
+  (T = ``selection_temperature``); see train/ppo.py.  Inference takes the argmax, the T -> 0 limit.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class ProteusModel(nn.Module):
         self.gamma_raw = nn.Parameter(torch.zeros(()))  # gamma = 5.0 at init
         self.policy_trunk = nn.Sequential(_mlp(h + 2, h, h), nn.GELU())
         self.lambda_gate = nn.Sequential(nn.Linear(2, h), nn.Sigmoid())
-        self.beta_head = BetaHead(h)
+        self.beta_head = BetaHead(h + 2)
         self.critic = _mlp(h + 2, h, 1) if config.use_critic else None
 
     # -- components -------------------------------------------------------------------------
@@ -111,12 +112,16 @@ class ProteusModel(nn.Module):
     def _conditioning(tau_norm: torch.Tensor, lam: torch.Tensor, batch: int) -> torch.Tensor:
         tau_norm = torch.as_tensor(tau_norm, dtype=torch.float32).reshape(-1).expand(batch)
         lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1).expand(batch)
-        return torch.stack([tau_norm, lam], dim=-1)
+        # Centred features (tau_norm in [0, 1] -> [-1, 1]; lambda around its inference value 1), so
+        # low- and high-tau sessions push a tau weight the same way instead of both moving a bias.
+        return torch.stack([2.0 * tau_norm - 1.0, lam - INFERENCE_LAMBDA], dim=-1)
 
     def policy(self, z: torch.Tensor, tau_norm, lam) -> BetaPolicyOutput:
         cond = self._conditioning(tau_norm, lam, z.shape[0])
         hidden = self.policy_trunk(torch.cat([z.detach(), cond], dim=-1))
-        return self.beta_head(hidden * self.lambda_gate(cond))
+        # The conditioning also reaches the Beta head directly: a monotone tau -> mu response is
+        # then one weight away, instead of having to be carved out of 256 gated features.
+        return self.beta_head(torch.cat([hidden * self.lambda_gate(cond), cond], dim=-1))
 
     def value(self, z: torch.Tensor, tau_norm, lam) -> torch.Tensor:
         if self.critic is None:

@@ -15,7 +15,7 @@ import math
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +283,7 @@ def concat_logs(logs: Sequence[RoutingLog]) -> RoutingLog:
 
 # Which copy of a duplicated id survives: the most held-out split first (no leakage into test).
 _SPLIT_PRIORITY = {"test": 0, "val": 1, "train": 2}
+_PRIORITY_SPLIT = {v: k for k, v in _SPLIT_PRIORITY.items()}
 
 
 def clean_log(log: RoutingLog) -> RoutingLog:
@@ -290,9 +291,11 @@ def clean_log(log: RoutingLog) -> RoutingLog:
 
     1. Rows whose score is NaN for every model are dropped (nothing to learn or evaluate).
     2. Rows with some NaN scores are kept; the NaN cells are masked in training and evaluation.
-    3. Duplicate ``sample_id``: one row per id survives -- the copy in the most held-out split
-       (test > val > train, so an id in both train and test files stays only in test), then the copy
-       with the most observed scores, then the first in (sorted path, row) order.
+    3. Duplicate ``sample_id``: one row per id survives.  Its content is the copy with the most
+       observed scores (then the first in (sorted path, row) order) -- in RouterBench-partial the
+       other copies are defective (doubled prompt, one model scored) -- and it is placed in the most
+       held-out split any copy had (test > val > train), so an id in both train and test files
+       stays only in test: no leakage, and the test set keeps its size.
     """
     n0 = len(log)
     observed = np.isfinite(log.scores)
@@ -313,14 +316,20 @@ def clean_log(log: RoutingLog) -> RoutingLog:
                 "neg_obs": -n_obs, "pos": np.arange(n0),
             })[keep]
             frame = frame[frame["id"].duplicated(keep=False)]
-            winners = frame.sort_values(["id", "prio", "neg_obs", "pos"], kind="stable").drop_duplicates("id")
+            winners = frame.sort_values(["id", "neg_obs", "pos"], kind="stable").drop_duplicates("id")
             losers = np.setdiff1d(frame["pos"].to_numpy(), winners["pos"].to_numpy())
             keep[losers] = False
+            if log.split is not None:
+                held_out = frame.groupby("id")["prio"].min()
+                new_split = log.split.copy()
+                for row_id, pos in zip(winners["id"], winners["pos"]):
+                    new_split[pos] = _PRIORITY_SPLIT.get(held_out[row_id], new_split[pos])
+                log = replace(log, split=new_split)
             n_dup_rows, n_dup_ids = len(losers), len(winners)
             n_cross = int((frame.groupby("id")["prio"].nunique() > 1).sum())
             notes.append(
                 f"{n_dup_rows + n_dup_ids} rows share {n_dup_ids} duplicated sample_ids: kept one row per id, dropped "
-                f"{n_dup_rows} ({n_cross} ids appear in more than one split: kept the test/val copy, no leakage)"
+                f"{n_dup_rows} ({n_cross} ids appear in more than one split: kept the most complete copy in the test/val split, no leakage)"
             )
     n_partial = int((partial & keep).sum())
     if n_partial:

@@ -75,7 +75,7 @@ def routerbench_dir(tmp_path: Path) -> Path:
         {"id": "q3", "prompt": "['All NaN']", "scores": [nan, nan, nan]},  # dropped
         {"id": "q4", "prompt": "plain text prompt", "scores": [1.0, 1.0, 1.0], "task": "u"},
         {"id": "q4", "prompt": "plain text prompt", "scores": [1.0, nan, nan], "task": "u"},  # dup in train: sparser copy dropped
-        {"id": "q5", "prompt": "['Leaky', 'Leaky']", "scores": [1.0, 1.0, 0.0]},  # also in test: dropped here
+        {"id": "q5", "prompt": "['Leaky', 'Leaky']", "scores": [1.0, 1.0, 0.0]},  # also in test: this (more complete) copy is kept, in test
         {"id": "q6", "prompt": "['broken list", "scores": [0.0, 0.0, 0.0]},  # malformed list string: kept raw
     ]
     test = [

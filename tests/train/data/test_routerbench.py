@@ -27,10 +27,10 @@ def test_directory_train_test_with_defects(routerbench_dir):
     # model set = columns X with X|total_cost, in score-column order; other columns ignored
     assert log.models == RB_MODELS
     assert sorted(log.sample_ids) == ["q1", "q2", "q4", "q5", "q6", "q7"]
-    # id in train and test: only the test copy survives, even though it observes fewer models
+    # id in train and test: one row, in test (no leakage), with the most complete copy's content
     (i5,) = _rows(log, "q5")
-    assert log.split[i5] == "test" and log.prompts[i5] == "Leaky"
-    assert np.isnan(log.scores[i5, 0]) and log.scores[i5, 1] == 1.0
+    assert log.split[i5] == "test" and log.prompts[i5] == "Leaky\n\nLeaky"
+    assert log.scores[i5].tolist() == [1.0, 1.0, 0.0]
     # duplicate inside one split: the copy with more observed scores survives
     (i4,) = _rows(log, "q4")
     assert np.isfinite(log.scores[i4]).all() and log.task[i4] == "u"

@@ -1,0 +1,145 @@
+"""What every routing decision leaves behind: response headers, one JSON log line, Prometheus series.
+
+- Headers (set on the proxy's response): ``x-proteus-tau`` (the tau routed for, after clamping),
+  ``x-proteus-tau-source`` (request | key_metadata | team_metadata | redis | default),
+  ``x-proteus-tier``, ``x-proteus-mu``, ``x-proteus-model`` (the trained slot),
+  ``x-proteus-tau-clamped: true`` when tau was outside the artifact's trained range, and
+  ``x-proteus-tau-capped: true`` when the request asked above its tier's tau; with either,
+  ``x-proteus-tau-requested`` shows the tau asked for.
+- Log: logger ``litellm_proteus.decisions``, INFO, one JSON object per decision.
+- Prometheus (``prometheus_client`` default registry, which LiteLLM's ``prometheus`` callback
+  serves on ``/metrics``): ``proteus_decisions_total{model_group,tier,tau_source,model}``,
+  ``proteus_mu`` and ``proteus_decision_latency_seconds`` histograms, ``proteus_tau_clamped_total``,
+  ``proteus_tier_lookup_errors_total``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+decision_logger = logging.getLogger("litellm_proteus.decisions")
+
+HEADER_PREFIX = "x-proteus-"
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """What the strategy stores in the request's metadata (``metadata["proteus"]``)."""
+
+    model_group: str
+    deployment_id: str
+    model: str  # trained slot
+    tau: float  # the tau routed for: after the tier cap and clamping to the trained range
+    tau_requested: float  # the request's own tau (else its tier's), before cap and clamp
+    tau_source: str
+    tier: str
+    tier_source: str
+    mu: float
+    clamped: bool
+    capped: bool
+    candidates: int
+    excluded: int  # deployments skipped because they already failed this request
+    prompt_tokens: int
+    cost_usd: float  # estimated cost of this request on the chosen deployment
+    latency_ms: float
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "x-proteus-tau": f"{self.tau:.4g}",
+            "x-proteus-tau-source": self.tau_source,
+            "x-proteus-tier": self.tier,
+            "x-proteus-mu": f"{self.mu:.4f}",
+            "x-proteus-model": self.model,
+        }
+        if self.clamped:
+            headers["x-proteus-tau-clamped"] = "true"
+        if self.capped:
+            headers["x-proteus-tau-capped"] = "true"
+        if self.clamped or self.capped:
+            headers["x-proteus-tau-requested"] = f"{self.tau_requested:.4g}"
+        return headers
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "DecisionRecord | None":
+        if not isinstance(data, dict):
+            return None
+        try:
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        except (KeyError, TypeError):
+            return None
+
+
+def log_decision(record: DecisionRecord) -> None:
+    if decision_logger.isEnabledFor(logging.INFO):
+        decision_logger.info(json.dumps({"event": "proteus_decision", **record.to_dict()}, sort_keys=True))
+
+
+def ensure_log_handler(level: int = logging.INFO) -> None:
+    """Make decision lines visible in the proxy's output when nothing else configured logging."""
+    if not decision_logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        decision_logger.addHandler(handler)
+        decision_logger.propagate = False
+    if decision_logger.level == logging.NOTSET or decision_logger.level > level:
+        decision_logger.setLevel(level)
+
+
+class _Metrics:
+    """Created once per process, on first use, in the default registry."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Histogram
+
+        self.decisions = Counter(
+            "proteus_decisions", "PROTEUS routing decisions", ["model_group", "tier", "tau_source", "model"]
+        )
+        self.mu = Histogram(
+            "proteus_mu", "quality preference mu per decision", ["model_group"], buckets=[i / 10 for i in range(1, 11)]
+        )
+        self.latency = Histogram(
+            "proteus_decision_latency_seconds",
+            "time from candidates known to deployment chosen (tier lookup + batched inference)",
+            ["model_group"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+        )
+        self.clamped = Counter("proteus_tau_clamped", "decisions whose tau was clamped to the trained range", ["model_group"])
+        self.tier_errors = Counter("proteus_tier_lookup_errors", "Redis tier lookups that failed or timed out")
+
+
+_metrics: _Metrics | None = None
+
+
+def metrics() -> _Metrics | None:
+    global _metrics
+    if _metrics is None:
+        try:
+            _metrics = _Metrics()
+        except ImportError:  # prometheus_client missing: metrics are optional
+            return None
+        except ValueError:  # already registered by an earlier copy of this module (reload)
+            return None
+    return _metrics
+
+
+def record_metrics(record: DecisionRecord) -> None:
+    m = metrics()
+    if m is None:
+        return
+    m.decisions.labels(record.model_group, record.tier, record.tau_source, record.model).inc()
+    m.mu.labels(record.model_group).observe(record.mu)
+    m.latency.labels(record.model_group).observe(record.latency_ms / 1000.0)
+    if record.clamped:
+        m.clamped.labels(record.model_group).inc()
+
+
+def record_tier_error() -> None:
+    m = metrics()
+    if m is not None:
+        m.tier_errors.inc()

@@ -1,0 +1,186 @@
+"""The two places where PROTEUS touches LiteLLM internals (litellm==1.106.0), applied on import.
+
+1. ``litellm.router_utils.routing_groups.VALID_ROUTING_STRATEGIES`` gains ``"proteus"``: LiteLLM
+   rejects unknown ``routing_strategy`` names when a Router is built or re-configured.
+2. ``Router.routing_strategy_init`` and ``Router._apply_updated_routing_strategy_args`` are wrapped:
+   every path that (re)configures a router's strategy goes through one of them (``Router.__init__``,
+   ``update_settings`` switching strategy or changing ``routing_strategy_args``), and
+   ``routing_strategy_init`` first *removes* any custom strategy.  The wrappers call the original
+   and then, when the strategy is ``proteus``, validate the config, load the artifact, check the
+   deployments and ``set_custom_routing_strategy`` on that router.  So the strategy is live on every
+   Router the proxy builds, in every worker, after ``--reload``, config reloads and DB model syncs.
+
+``check_litellm`` verifies the internals used here and in ``strategy.py`` exist; it runs on import,
+so an incompatible LiteLLM fails at start-up with a message, not mid-request (tests cover it too).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import weakref
+from typing import Any
+
+import litellm
+from litellm import Router
+from litellm.router_utils import routing_groups
+
+from ..artifact import ArtifactError, read_manifest
+from ..config import STRATEGY_NAME, ProteusConfig, ProteusConfigError
+from ..engine import DecisionEngine, DeploymentMappingError
+from ..observability import ensure_log_handler
+from ..tiers import TierStore
+from .strategy import ProteusRoutingStrategy, artifact_dir, load_predictor
+
+logger = logging.getLogger("litellm_proteus.router")
+SUPPORTED_LITELLM = "1.106.0"
+PATCH_MARKER = "__proteus_patched__"
+
+# Router internals PROTEUS relies on, with the parameters it passes.
+REQUIRED_ROUTER_API: dict[str, tuple[str, ...]] = {
+    "routing_strategy_init": ("routing_strategy", "routing_strategy_args"),
+    "_apply_updated_routing_strategy_args": (),
+    "set_custom_routing_strategy": ("CustomRoutingStrategy",),
+    "async_get_healthy_deployments": (
+        "model",
+        "request_kwargs",
+        "messages",
+        "input",
+        "specific_deployment",
+        "parent_otel_span",
+    ),
+    "_get_routing_context": ("model", "request_kwargs"),
+    "_select_deployment_async": (
+        "strategy",
+        "selector",
+        "model",
+        "healthy_deployments",
+        "messages",
+        "input",
+        "request_kwargs",
+    ),
+    "get_model_from_alias": ("model",),
+    "_normalize_strategy": ("strategy",),
+}
+
+
+class ProteusStartupError(RuntimeError):
+    """PROTEUS cannot serve with this configuration; raised while the Router is being built."""
+
+
+class IncompatibleLiteLLMError(RuntimeError):
+    pass
+
+
+def check_litellm() -> None:
+    problems = []
+    for name, params in REQUIRED_ROUTER_API.items():
+        fn = inspect.getattr_static(Router, name, None)
+        if fn is None:
+            problems.append(f"Router.{name} is missing")
+            continue
+        fn = getattr(fn, "__func__", fn)
+        have = inspect.signature(getattr(fn, "__wrapped__", fn)).parameters
+        missing = [p for p in params if p not in have]
+        if missing:
+            problems.append(f"Router.{name} lacks parameters {missing}")
+    if not isinstance(getattr(routing_groups, "VALID_ROUTING_STRATEGIES", None), tuple):
+        problems.append("litellm.router_utils.routing_groups.VALID_ROUTING_STRATEGIES is missing")
+    if problems:
+        raise IncompatibleLiteLLMError(
+            f"litellm-proteus needs litellm=={SUPPORTED_LITELLM}; found litellm {_litellm_version()}: " + "; ".join(problems)
+        )
+
+
+def _litellm_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("litellm")
+    except Exception:  # pragma: no cover - metadata missing in odd installs
+        return getattr(litellm, "__version__", "unknown")
+
+
+# The most recently installed strategy: the proxy hook (pre-call validation, headers) reads it.
+_active: weakref.ref | None = None
+
+
+def active_strategy() -> ProteusRoutingStrategy | None:
+    return _active() if _active is not None else None
+
+
+def _startup_error(problem: str) -> ProteusStartupError:
+    message = f"PROTEUS routing cannot start: {problem}"
+    logger.error(message)
+    return ProteusStartupError(message)
+
+
+def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrategy:
+    """Build the strategy for ``router`` from its ``routing_strategy_args`` and set it.
+
+    Raises ProteusStartupError naming the bad field, the artifact problem, or every deployment of a
+    PROTEUS group without a trained slot or a price."""
+    global _active
+    try:
+        config = ProteusConfig.parse(routing_strategy_args)
+        # The manifest alone tells whether every deployment maps to a slot (milliseconds); the
+        # weights and the encoder load after.  Both are checked so one start-up names every problem.
+        engine = DecisionEngine(read_manifest(artifact_dir(config)), config)
+    except (ProteusConfigError, ArtifactError) as exc:
+        raise _startup_error(str(exc)) from exc
+    problems: list[str] = []
+    try:
+        engine.check_model_list(router.model_list or [])
+    except DeploymentMappingError as exc:
+        problems.append(str(exc))
+    try:
+        engine.predictor = predictor = load_predictor(config, engine.manifest.weights_sha256)
+    except (ArtifactError, ValueError, OSError) as exc:
+        problems.append(f"artifact {artifact_dir(config)}: {exc}")
+    if problems:
+        raise _startup_error("; ".join(problems))
+    strategy = ProteusRoutingStrategy(router, config, engine, TierStore(config.redis) if config.redis else None)
+    router.set_custom_routing_strategy(strategy)
+    router.proteus_strategy = strategy  # type: ignore[attr-defined]  # for introspection and tests
+    _active = weakref.ref(strategy)
+    if config.log_decisions:
+        ensure_log_handler()
+    logger.info(
+        "PROTEUS routing groups %s with artifact %s (slots %s) on %s",
+        config.groups,
+        predictor.artifact_dir,
+        predictor.models,
+        predictor.device,
+    )
+    return strategy
+
+
+def apply() -> None:
+    """Idempotent: patch LiteLLM once per process."""
+    check_litellm()
+    if STRATEGY_NAME not in routing_groups.VALID_ROUTING_STRATEGIES:
+        routing_groups.VALID_ROUTING_STRATEGIES = (*routing_groups.VALID_ROUTING_STRATEGIES, STRATEGY_NAME)
+    if getattr(Router.routing_strategy_init, PATCH_MARKER, False):
+        return
+    original_init = Router.routing_strategy_init
+    original_apply_args = Router._apply_updated_routing_strategy_args
+
+    @functools.wraps(original_init)
+    def routing_strategy_init(self: Router, routing_strategy: Any, routing_strategy_args: dict) -> None:
+        original_init(self, routing_strategy=routing_strategy, routing_strategy_args=routing_strategy_args)
+        if Router._normalize_strategy(routing_strategy) == STRATEGY_NAME:
+            install(self, routing_strategy_args)
+        else:
+            self.__dict__.pop("proteus_strategy", None)
+
+    @functools.wraps(original_apply_args)
+    def _apply_updated_routing_strategy_args(self: Router) -> None:
+        original_apply_args(self)
+        if Router._normalize_strategy(self.routing_strategy) == STRATEGY_NAME:
+            install(self, self.routing_strategy_args)
+
+    setattr(routing_strategy_init, PATCH_MARKER, True)
+    setattr(_apply_updated_routing_strategy_args, PATCH_MARKER, True)
+    Router.routing_strategy_init = routing_strategy_init  # type: ignore[method-assign]
+    Router._apply_updated_routing_strategy_args = _apply_updated_routing_strategy_args  # type: ignore[method-assign]

@@ -1,0 +1,62 @@
+"""A file of static API keys for the proxy (``general_settings.custom_auth``), for demos and tests.
+
+LiteLLM's virtual keys (with key/team metadata) need its Postgres database.  To try per-key tiers
+without one, point ``PROTEUS_KEYS_FILE`` at a YAML file::
+
+    keys:
+      sk-alice: {metadata: {proteus_tier: premium}}          # tier from key metadata
+      sk-bob:   {team_id: research, team_metadata: {proteus_tier: economy}}
+      sk-carol: {}                                           # tier from Redis, else the default
+
+and set ``general_settings: {custom_auth: litellm_proteus.router_strategy.static_keys.user_api_key_auth}``.
+Requests authenticate as their key's LiteLLM hash (``hash_token``), exactly like virtual keys, so
+``proteus tiers set sk-carol premium`` applies.  Unknown keys get HTTP 401.  The file is re-read
+when it changes.  Production deployments should use LiteLLM's virtual keys instead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from fastapi import HTTPException, Request
+from litellm.proxy._types import UserAPIKeyAuth
+
+from ..tiers import hash_key
+
+KEYS_FILE_ENV = "PROTEUS_KEYS_FILE"
+_lock = threading.Lock()
+_cache: dict[str, Any] = {"stamp": None, "keys": {}}
+
+
+def _load(path: str) -> dict[str, dict[str, Any]]:
+    import yaml
+
+    stamp = os.stat(path).st_mtime_ns
+    with _lock:
+        if _cache["stamp"] != stamp:
+            with open(path) as handle:
+                data = yaml.safe_load(handle) or {}
+            keys = data.get("keys") if isinstance(data, dict) else None
+            if not isinstance(keys, dict):
+                raise ValueError(f"{path}: expected a mapping 'keys: {{sk-...: {{metadata: ...}}}}'")
+            _cache["keys"] = {str(k): (v or {}) for k, v in keys.items()}
+            _cache["stamp"] = stamp
+        return _cache["keys"]
+
+
+async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
+    path = os.environ.get(KEYS_FILE_ENV)
+    if not path:
+        raise HTTPException(status_code=500, detail=f"{KEYS_FILE_ENV} is not set (static_keys custom_auth)")
+    entry = _load(path).get(api_key or "")
+    if entry is None:
+        raise HTTPException(status_code=401, detail="invalid API key")
+    return UserAPIKeyAuth(
+        api_key=hash_key(api_key),
+        key_alias=entry.get("alias"),
+        metadata=dict(entry.get("metadata") or {}),
+        team_id=entry.get("team_id"),
+        team_metadata=dict(entry.get("team_metadata") or {}),
+    )

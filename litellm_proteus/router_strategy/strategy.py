@@ -1,0 +1,293 @@
+"""``ProteusRoutingStrategy``: LiteLLM's custom-routing-strategy hook, driven by the decision engine.
+
+LiteLLM's ``Router.set_custom_routing_strategy`` replaces the router's whole deployment pick, so
+this class does, per request:
+
+- groups listed in ``groups`` (after model-group aliases): LiteLLM's own candidate filtering
+  (``Router.async_get_healthy_deployments``: cooldowns, health checks, team/tag/order filters,
+  retry skips), minus deployments that already failed this request (``previous_models``), then
+  tau resolution (metadata, then Redis with a bounded timeout), then one micro-batched model call;
+- every other group: the same candidate filtering, then the strategy LiteLLM would use for it
+  (its routing group's selector, else ``simple-shuffle``, LiteLLM's default).  LiteLLM's
+  auto-router pre-routing hook is not run (PROTEUS replaces model choice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import litellm
+from litellm.litellm_core_utils.core_helpers import (
+    get_metadata_variable_name_from_kwargs,
+    get_parent_otel_span_from_kwargs,
+)
+from litellm.router_strategy.simple_shuffle import simple_shuffle
+from litellm.router_utils.handle_error import async_raise_no_deployment_exception
+from litellm.types.router import CustomRoutingStrategyBase
+
+from ..artifact import DEFAULT_ARTIFACT_DIR
+from ..batcher import MicroBatcher
+from ..config import STRATEGY_NAME, ProteusConfig
+from ..engine import (
+    METADATA_KEYS,
+    DecisionEngine,
+    DecisionRequest,
+    TauError,
+    TierChoice,
+    exclude_failed,
+    failed_deployment_ids,
+    prompt_text,
+    request_tau,
+    resolve_tau,
+    tier_from_metadata,
+)
+from ..observability import DecisionRecord, log_decision, record_metrics, record_tier_error
+from ..tiers import TierStore, TierStoreError, hash_key
+
+logger = logging.getLogger("litellm_proteus.router")
+DECISION_METADATA_KEY = "proteus"
+WARN_EVERY_S = 30.0
+
+_predictors: dict[tuple, Any] = {}
+_batchers: dict[tuple[int, int, float], MicroBatcher] = {}
+_predictor_locks: dict[int, threading.Lock] = {}
+_shared_lock = threading.Lock()
+
+
+def artifact_dir(config: ProteusConfig) -> Path:
+    """``artifact`` (relative paths: to the proxy's working directory), or the bundled default."""
+    return Path(config.artifact).expanduser().resolve() if config.artifact else DEFAULT_ARTIFACT_DIR
+
+
+def load_predictor(config: ProteusConfig, weights_sha256: str = ""):
+    """One predictor per (artifact, weights, device, cache) per process: router rebuilds reuse it,
+    a replaced artifact (new weights hash) is loaded afresh."""
+    from ..predictor import ProteusPredictor
+
+    options = tuple(sorted((k, repr(v)) for k, v in config.predictor_options.items()))
+    key = (str(artifact_dir(config)), weights_sha256, config.device, config.encoder_cache_dir, options)
+    with _shared_lock:
+        if key not in _predictors:
+            try:
+                _predictors[key] = ProteusPredictor(
+                    key[0], device=config.device, encoder_cache_dir=config.encoder_cache_dir, **config.predictor_options
+                )
+            except TypeError as exc:  # an option this ProteusPredictor does not take
+                raise ValueError(f"routing_strategy_args.predictor_options: {exc}") from exc
+        return _predictors[key]
+
+
+def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatcher:
+    """One worker thread per predictor and batching policy.  ``DecisionEngine.decide`` depends only
+    on the predictor (prices travel with each request), so engines of rebuilt routers can share it;
+    a per-predictor lock keeps two policies' threads from running one predictor concurrently."""
+    predictor = engine.predictor
+    key = (id(predictor), config.batching.max_batch, config.batching.max_wait_ms)
+    with _shared_lock:
+        if key not in _batchers:
+            lock = _predictor_locks.setdefault(id(predictor), threading.Lock())
+
+            def decide(requests, engine=engine, lock=lock):
+                with lock:
+                    return engine.decide(requests)
+
+            _batchers[key] = MicroBatcher(
+                decide, max_batch=config.batching.max_batch, max_wait_ms=config.batching.max_wait_ms
+            )
+        return _batchers[key]
+
+
+class ProteusRoutingStrategy(CustomRoutingStrategyBase):
+    def __init__(self, router: Any, config: ProteusConfig, engine: DecisionEngine, tier_store: TierStore | None):
+        self._router = weakref.ref(router)  # the router holds our bound methods: no strong cycle
+        self.config = config
+        self.engine = engine
+        self.tier_store = tier_store
+        self.batcher = shared_batcher(engine, config)
+        self._groups = frozenset(config.groups)
+        self._last_warning: dict[str, float] = {}
+
+    @property
+    def router(self) -> Any:
+        router = self._router()
+        if router is None:
+            raise RuntimeError("the LiteLLM Router of this PROTEUS strategy no longer exists")
+        return router
+
+    def manages(self, model: Any) -> bool:
+        if not isinstance(model, str):
+            return False
+        if model in self._groups:
+            return True
+        router = self._router()
+        return router is not None and (router.get_model_from_alias(model) or model) in self._groups
+
+    # -- LiteLLM entry points -----------------------------------------------------------------
+    async def async_get_available_deployment(
+        self,
+        model: str,
+        messages: list[dict[str, str]] | None = None,
+        input: str | list | None = None,
+        specific_deployment: bool | None = False,
+        request_kwargs: dict | None = None,
+    ):
+        request_kwargs = {} if request_kwargs is None else request_kwargs
+        router = self.router
+        span = get_parent_otel_span_from_kwargs(request_kwargs)
+        managed = self.manages(model)
+        if managed:
+            try:  # reject bad tau before any work (the proxy's pre-call hook already did)
+                requested = request_tau(*(request_kwargs.get(k) for k in METADATA_KEYS))
+            except TauError as exc:
+                raise litellm.BadRequestError(message=str(exc), model=model, llm_provider=STRATEGY_NAME) from exc
+        healthy = await router.async_get_healthy_deployments(
+            model=model,
+            request_kwargs=request_kwargs,
+            messages=messages,
+            input=input,
+            specific_deployment=specific_deployment,
+            parent_otel_span=span,
+        )
+        if isinstance(healthy, dict):  # a specific deployment was asked for by id
+            return healthy
+        if not managed:
+            return await self._litellm_pick(model, healthy, messages, input, request_kwargs, span)
+        return await self._proteus_pick(model, healthy, messages, input, request_kwargs, requested, span)
+
+    def get_available_deployment(
+        self,
+        model: str,
+        messages: list[dict[str, str]] | None = None,
+        input: str | list | None = None,
+        specific_deployment: bool | None = False,
+        request_kwargs: dict | None = None,
+    ):
+        """Sync Router calls: run the async pick on a private event loop in a helper thread (works
+        whether or not the calling thread runs a loop).  The proxy always uses the async path."""
+        coroutine = self.async_get_available_deployment(
+            model=model,
+            messages=messages,
+            input=input,
+            specific_deployment=specific_deployment,
+            request_kwargs=request_kwargs,
+        )
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="proteus-sync") as pool:
+            return pool.submit(asyncio.run, coroutine).result()
+
+    # -- picks ----------------------------------------------------------------------------------
+    async def _litellm_pick(self, model, healthy, messages, input, request_kwargs, span):
+        router = self.router
+        strategy, selector = router._get_routing_context(model, request_kwargs)
+        if selector is None or strategy in (None, "simple-shuffle", STRATEGY_NAME):
+            return simple_shuffle(
+                resolve_model_alias=router.get_model_from_alias,
+                healthy_deployments=healthy,
+                model=model,
+                request_kwargs=request_kwargs,
+            )
+        deployment = await router._select_deployment_async(
+            strategy=strategy,
+            selector=selector,
+            model=model,
+            healthy_deployments=healthy,
+            messages=messages,
+            input=input,
+            request_kwargs=request_kwargs,
+        )
+        if deployment is None:
+            raise await async_raise_no_deployment_exception(litellm_router_instance=router, model=model, parent_otel_span=span)
+        return deployment
+
+    async def _proteus_pick(self, model, healthy, messages, input, request_kwargs, requested, span):
+        start = time.perf_counter()
+        metadatas = [request_kwargs.get(k) for k in METADATA_KEYS]
+        failed = failed_deployment_ids(*metadatas)
+        pool = exclude_failed(healthy, failed)
+        scored, problems = self.engine.score_all(pool)
+        if problems:  # deployments added at runtime (e.g. /model/new) that cannot be scored
+            self._warn("unscored", "skipping deployments PROTEUS cannot score: " + "; ".join(problems))
+        if not scored:
+            raise await async_raise_no_deployment_exception(
+                litellm_router_instance=self.router, model=model, parent_otel_span=span
+            )
+        tier = await self._tier(metadatas)
+        resolution = resolve_tau(self.config, requested, tier)
+        routed = await self.batcher.submit(
+            DecisionRequest(prompt_text(messages, input), messages, resolution.tau, scored)
+        )
+        decision = routed.decision
+        chosen = scored[decision.index]
+        record = DecisionRecord(
+            model_group=model,
+            deployment_id=str((chosen.deployment.get("model_info") or {}).get("id", "")),
+            model=decision.model,
+            tau=decision.tau_effective,
+            tau_requested=resolution.requested if resolution.requested is not None else resolution.tau,
+            tau_source=resolution.source,
+            tier=resolution.tier,
+            tier_source=resolution.tier_source,
+            mu=decision.mu,
+            clamped=decision.clamped,
+            capped=resolution.capped,
+            candidates=len(scored),
+            excluded=len(healthy) - len(pool),
+            prompt_tokens=routed.prompt_tokens,
+            cost_usd=routed.cost_usd,
+            latency_ms=(time.perf_counter() - start) * 1000.0,
+        )
+        metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
+        if not isinstance(request_kwargs.get(metadata_key), dict):
+            request_kwargs[metadata_key] = {}
+        request_kwargs[metadata_key][DECISION_METADATA_KEY] = record.to_dict()
+        if self.config.log_decisions:
+            log_decision(record)
+        record_metrics(record)
+        return chosen.deployment
+
+    # -- tiers ----------------------------------------------------------------------------------
+    async def _tier(self, metadatas: list[Any]) -> TierChoice | None:
+        for metadata in metadatas:
+            if not isinstance(metadata, dict):
+                continue
+            choice = tier_from_metadata(
+                metadata.get("user_api_key_metadata"), metadata.get("user_api_key_team_metadata"), self.config
+            )
+            if choice is not None:
+                return choice
+        if self.tier_store is None:
+            return None
+        key = next(
+            (
+                m.get("user_api_key_hash") or m.get("user_api_key")
+                for m in metadatas
+                if isinstance(m, dict) and (m.get("user_api_key_hash") or m.get("user_api_key"))
+            ),
+            None,
+        )
+        if not isinstance(key, str):
+            return None
+        try:
+            tier = await self.tier_store.aget(hash_key(key))
+        except TierStoreError as exc:
+            record_tier_error()
+            self._warn("redis", f"tier lookup failed, using the default tier {self.config.default_tier!r}: {exc}")
+            return None
+        if tier is None:
+            return None
+        if tier not in self.config.tiers:
+            self._warn("tier", f"Redis names tier {tier!r} for a key, not a configured tier {sorted(self.config.tiers)}; using the default")
+            return None
+        return TierChoice(tier, "redis")
+
+    def _warn(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning.get(kind, -WARN_EVERY_S) >= WARN_EVERY_S:  # one line per window and kind
+            self._last_warning[kind] = now
+            logger.warning("PROTEUS: %s", message)

@@ -1,0 +1,200 @@
+"""Per-API-key SLA tiers in Redis, and the ``proteus tiers set|get|list|delete`` command.
+
+Redis holds ``<key_prefix><key hash> -> <tier name>``.  The key hash is the one LiteLLM logs and
+stores for virtual keys (``litellm.proxy.utils.hash_token``: SHA-256 hex of the raw ``sk-...``
+key), so ``proteus tiers set sk-my-key premium`` and the proxy's ``user_api_key_hash`` agree.
+The proxy looks tiers up with a bounded timeout; an unreachable or slow Redis means the default
+tier and a warning, never a failed request.  Lookups are cached in-process for ``cache_ttl_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import logging
+import os
+import re
+import sys
+import time
+import weakref
+from typing import Any
+
+from .config import DEFAULT_TIERS, ProteusConfigError, RedisSettings, load_config_file
+
+logger = logging.getLogger("litellm_proteus.tiers")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+CACHE_MAX_ENTRIES = 10_000
+
+
+class TierStoreError(RuntimeError):
+    """Redis could not answer (down, slow, refused)."""
+
+
+def hash_key(key_or_hash: str) -> str:
+    """LiteLLM's key hash: raw ``sk-...`` keys are SHA-256 hashed (``hash_token``); anything else is
+    taken as an already hashed key."""
+    key = key_or_hash.strip()
+    if key.startswith("sk-"):
+        return hashlib.sha256(key.encode()).hexdigest()
+    return key
+
+
+class TierStore:
+    def __init__(self, settings: RedisSettings):
+        self.settings = settings
+        self.timeout = settings.timeout_ms / 1000.0
+        self._async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._sync_client: Any = None
+        self._cache: dict[str, tuple[str | None, float]] = {}
+
+    def redis_key(self, key_hash: str) -> str:
+        return f"{self.settings.key_prefix}{key_hash}"
+
+    # -- async (the proxy) --------------------------------------------------------------------
+    def _async_client(self):
+        # redis.asyncio connections belong to one event loop: one client per loop.
+        loop = asyncio.get_running_loop()
+        client = self._async_clients.get(loop)
+        if client is None:
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(
+                self.settings.connection_url(),
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                decode_responses=True,
+                retry_on_timeout=False,
+            )
+            self._async_clients[loop] = client
+        return client
+
+    async def aget(self, key_hash: str) -> str | None:
+        """The key's tier or None; TierStoreError when Redis cannot answer within the timeout."""
+        now = time.monotonic()
+        cached = self._cache.get(key_hash)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        try:
+            tier = await asyncio.wait_for(self._async_client().get(self.redis_key(key_hash)), self.timeout)
+        except (asyncio.TimeoutError, OSError) as exc:
+            raise TierStoreError(f"Redis at {self._where()} did not answer within {self.settings.timeout_ms} ms ({exc!r})") from exc
+        except Exception as exc:  # redis.exceptions.* (ConnectionError, TimeoutError, ResponseError ...)
+            raise TierStoreError(f"Redis at {self._where()} failed: {exc!r}") from exc
+        if self.settings.cache_ttl_s > 0:
+            if len(self._cache) >= CACHE_MAX_ENTRIES:
+                self._cache.clear()
+            self._cache[key_hash] = (tier, now + self.settings.cache_ttl_s)
+        return tier
+
+    def _where(self) -> str:
+        return re.sub(r"//[^@/]*@", "//***@", self.settings.connection_url())
+
+    # -- sync (the CLI) -----------------------------------------------------------------------
+    def _client(self):
+        if self._sync_client is None:
+            import redis
+
+            self._sync_client = redis.Redis.from_url(
+                self.settings.connection_url(),
+                socket_timeout=max(self.timeout, 2.0),
+                socket_connect_timeout=max(self.timeout, 2.0),
+                decode_responses=True,
+            )
+        return self._sync_client
+
+    def get(self, key_hash: str) -> str | None:
+        return self._client().get(self.redis_key(key_hash))
+
+    def set(self, key_hash: str, tier: str) -> None:
+        self._client().set(self.redis_key(key_hash), tier)
+
+    def delete(self, key_hash: str) -> bool:
+        return bool(self._client().delete(self.redis_key(key_hash)))
+
+    def list(self, limit: int = 10_000) -> list[tuple[str, str]]:
+        client = self._client()
+        out: list[tuple[str, str]] = []
+        for redis_key in client.scan_iter(match=f"{self.settings.key_prefix}*", count=500):
+            if len(out) >= limit:
+                break
+            tier = client.get(redis_key)
+            if tier is not None:
+                out.append((redis_key[len(self.settings.key_prefix) :], tier))
+        return sorted(out)
+
+
+# -- CLI ------------------------------------------------------------------------------------------
+def _common_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument(
+        "--config", default=default, help="the proxy config.yaml (tier names and Redis settings from routing_strategy_args)"
+    )
+    parser.add_argument(
+        "--redis-url", default=default, help=f"overrides the config; default $PROTEUS_REDIS_URL or {DEFAULT_REDIS_URL}"
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _common_options(parser, None)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    # The options are accepted after the action too; SUPPRESS keeps an absent one from
+    # overwriting a value given before the action.
+    set_p = actions.add_parser("set", help="assign a tier to an API key")
+    set_p.add_argument("key", metavar="KEY_OR_HASH", help="raw key (sk-...) or its LiteLLM hash")
+    set_p.add_argument("tier")
+    get_p = actions.add_parser("get", help="show a key's tier")
+    get_p.add_argument("key", metavar="KEY_OR_HASH")
+    del_p = actions.add_parser("delete", help="remove a key's tier (it falls back to the default tier)")
+    del_p.add_argument("key", metavar="KEY_OR_HASH")
+    list_p = actions.add_parser("list", help="list every key hash with a tier")
+    list_p.add_argument("--limit", type=int, default=10_000)
+    for action_parser in (set_p, get_p, del_p, list_p):
+        _common_options(action_parser, argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    tiers: dict[str, float] = dict(DEFAULT_TIERS)
+    settings = RedisSettings()
+    if args.config:
+        try:
+            config = load_config_file(args.config)
+        except (OSError, ProteusConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        tiers = config.tiers
+        settings = config.redis or settings
+    url = args.redis_url or (settings.url if args.config and settings.url else None) or os.environ.get("PROTEUS_REDIS_URL")
+    if url:
+        settings = settings.model_copy(update={"url": url})
+    elif not args.config:
+        settings = settings.model_copy(update={"url": DEFAULT_REDIS_URL})
+    store = TierStore(settings)
+    import redis
+
+    try:
+        if args.action == "set":
+            if args.tier not in tiers:
+                source = args.config or "the default tiers (pass --config to use your proxy's)"
+                print(f"error: unknown tier {args.tier!r}; allowed tiers in {source}: {sorted(tiers)}", file=sys.stderr)
+                return 2
+            key_hash = hash_key(args.key)
+            store.set(key_hash, args.tier)
+            print(f"{key_hash}\t{args.tier}\t(tau {tiers[args.tier]})")
+        elif args.action == "get":
+            key_hash = hash_key(args.key)
+            tier = store.get(key_hash)
+            if tier is None:
+                print(f"{key_hash}\t(no tier: the default tier applies)")
+                return 1
+            print(f"{key_hash}\t{tier}")
+        elif args.action == "delete":
+            key_hash = hash_key(args.key)
+            print(f"{key_hash}\t{'deleted' if store.delete(key_hash) else 'had no tier'}")
+        else:
+            for key_hash, tier in store.list(limit=args.limit):
+                print(f"{key_hash}\t{tier}")
+    except redis.exceptions.RedisError as exc:
+        print(f"error: Redis at {store._where()}: {exc}", file=sys.stderr)
+        return 1
+    return 0

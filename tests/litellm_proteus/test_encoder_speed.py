@@ -1,0 +1,109 @@
+"""The encoder's speed options: exact ones (fused backend, LRU, windowed tokenisation) must not move
+embeddings; numeric ones (bf16, int8) stay close; bad values are named."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from litellm_proteus.encoder import MemoryLRU, TextEncoder, fused_supported
+from train.bench.prompts import load_prompts
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[str]:
+    return load_prompts(None)[0][:24]
+
+
+@pytest.fixture(scope="module")
+def hf_encoder():
+    return TextEncoder(device="cpu", backend="hf")
+
+
+@pytest.fixture(scope="module")
+def reference(hf_encoder, prompts):
+    return hf_encoder.encode(prompts)
+
+
+def test_default_backend_is_the_transformers_module(hf_encoder):
+    assert TextEncoder.__init__.__kwdefaults__["backend"] == "hf"
+    assert hf_encoder.backend == "hf" and hf_encoder.fingerprint.endswith("pooling=mean-l2")
+
+
+def test_fused_backend_matches_transformers(hf_encoder, prompts, reference):
+    fused = TextEncoder(device="cpu", backend="auto", batch_size=5)  # uneven chunks: padded batches
+    assert fused.backend == "fused"
+    assert np.abs(fused.encode(prompts) - reference).max() < 1e-5
+    one = fused.encode(prompts[:1])  # batch of one: the unpadded path
+    assert np.abs(one - reference[:1]).max() < 1e-5
+    assert fused.fingerprint == hf_encoder.fingerprint  # exact to fp tolerance: shares the disk cache
+
+
+def test_fused_refuses_unsupported_architectures():
+    config = types.SimpleNamespace(model_type="deberta-v2", position_embedding_type="absolute", hidden_act="gelu")
+    assert "model_type" in fused_supported(types.SimpleNamespace(config=config))
+    config = types.SimpleNamespace(model_type="bert", position_embedding_type="relative_key", hidden_act="gelu")
+    assert "position_embedding_type" in fused_supported(types.SimpleNamespace(config=config))
+    config = types.SimpleNamespace(model_type="bert", position_embedding_type="absolute", hidden_act="gelu")
+    assert fused_supported(types.SimpleNamespace(config=config)) is None
+
+
+def test_memory_lru_is_exact_and_bounded(prompts, reference):
+    encoder = TextEncoder(device="cpu", backend="fused", memory_cache=8)
+    first = encoder.encode(prompts[:6])
+    assert len(encoder.memory) == 6 and encoder.memory.hits == 0
+    again = encoder.encode(prompts[:6])
+    assert encoder.memory.hits == 6
+    np.testing.assert_array_equal(again, first)
+    assert np.abs(again - reference[:6]).max() < 1e-5
+    encoder.encode(prompts[6:10])
+    assert len(encoder.memory) == 8  # bounded
+
+
+def test_memory_lru_evicts_least_recent():
+    lru = MemoryLRU(2)
+    lru.put("a", np.zeros(1))
+    lru.put("b", np.ones(1))
+    assert lru.get("a") is not None  # a becomes most recent
+    lru.put("c", np.ones(1))
+    assert lru.get("b") is None and lru.get("a") is not None and lru.get("c") is not None
+
+
+@pytest.mark.parametrize("truncation", ["tail", "head", "head_tail"])
+def test_windowed_tokenisation_equals_full(hf_encoder, prompts, truncation):
+    encoder = TextEncoder(device="cpu", max_tokens=32, truncation=truncation)
+    budget = encoder.max_tokens - len(encoder._prefix) - len(encoder._suffix)
+    long_texts = ["\n".join(prompts[i:] + prompts[:i]) for i in range(0, 24, 3)]
+    assert all(encoder._windowed_ids(t, budget) is not None for t in long_texts)  # the fast path ran
+    full = encoder.tokenizer(long_texts, add_special_tokens=False)["input_ids"]
+    assert encoder._token_ids(long_texts) == [encoder._truncate(seq, budget) for seq in full]
+    assert encoder._windowed_ids("short text", budget) is None
+    no_spaces = "x" * 10_000  # no whitespace to cut at: falls back to the whole text
+    assert encoder._windowed_ids(no_spaces, budget) is None
+
+
+def test_bf16_and_int8_stay_close(prompts, reference):
+    bf16 = TextEncoder(device="cpu", backend="fused", precision="bf16")
+    assert "precision=bf16" in bf16.fingerprint
+    assert ((bf16.encode(prompts) * reference).sum(1)).min() > 0.999
+    int8 = TextEncoder(device="cpu", backend="fused", quantize="int8")
+    assert "quantize=int8" in int8.fingerprint
+    assert ((int8.encode(prompts) * reference).sum(1)).min() > 0.9
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"precision": "fp8"}, "precision must be one of"),
+        ({"precision": "fp16"}, "precision 'fp16' needs device 'cuda'"),
+        ({"quantize": "int4"}, "quantize must be one of"),
+        ({"quantize": "int8", "precision": "bf16"}, "quantize 'int8' needs device 'cpu' and precision 'fp32'"),
+        ({"backend": "onnx"}, "backend must be one of"),
+        ({"memory_cache": -1}, "memory_cache must be >= 0"),
+    ],
+)
+def test_bad_options_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TextEncoder(device="cpu", **kwargs)

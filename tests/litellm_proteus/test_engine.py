@@ -1,0 +1,233 @@
+"""The decision engine without a proxy: tau precedence and caps, slots, prices, retries, costs."""
+
+from __future__ import annotations
+
+import logging
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from litellm_proteus.config import ProteusConfig
+from litellm_proteus.engine import (
+    DecisionEngine,
+    DecisionRequest,
+    DeploymentMappingError,
+    TauError,
+    TierChoice,
+    deployment_prices,
+    deployment_slot,
+    exclude_failed,
+    failed_deployment_ids,
+    parse_tau,
+    prompt_text,
+    request_tau,
+    resolve_tau,
+    tier_from_metadata,
+)
+from litellm_proteus.predictor import Decision
+
+SLOTS = ["gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat", "mistralai/mistral-7b-chat"]
+CONFIG = ProteusConfig.parse(
+    {"tiers": {"premium": 0.9, "standard": 0.85, "economy": 0.75}, "allow_raise": {"premium": True}}
+)
+
+
+def deployment(dep_id: str, model: str, *, slot: str | None = None, prices=(1e-6, 2e-6), group="proteus-auto"):
+    params = {"model": model}
+    if prices is not None:
+        params.update(input_cost_per_token=prices[0], output_cost_per_token=prices[1])
+    info = {"id": dep_id}
+    if slot is not None:
+        info["proteus_model"] = slot
+    return {"model_name": group, "litellm_params": params, "model_info": info}
+
+
+# -- tau ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, expected", [(0.9, 0.9), (1, 1.0), ("0.8", 0.8), (1e-3, 1e-3)])
+def test_parse_tau_accepts_numbers_in_range(value, expected):
+    assert parse_tau(value) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", math.nan, math.inf, 0, 0.0, -0.1, 1.0001, True, None, [0.9], {}])
+def test_parse_tau_rejects_with_the_field_and_range(value):
+    with pytest.raises(TauError) as info:
+        parse_tau(value)
+    assert "tau" in str(info.value) and "(0, 1]" in str(info.value)
+
+
+def test_request_tau_reads_metadata_then_litellm_metadata():
+    assert request_tau({"tau": 0.8}, {"tau": 0.7}) == 0.8
+    assert request_tau({"other": 1}, {"tau": 0.7}) == 0.7
+    assert request_tau(None, {}) is None
+    with pytest.raises(TauError):
+        request_tau({"tau": "high"})
+
+
+def test_tier_precedence_key_then_team_and_unknown_tiers_are_ignored(caplog):
+    assert tier_from_metadata({"proteus_tier": "premium"}, {"proteus_tier": "economy"}, CONFIG) == TierChoice(
+        "premium", "key_metadata"
+    )
+    assert tier_from_metadata({}, {"proteus_tier": "economy"}, CONFIG) == TierChoice("economy", "team_metadata")
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.engine"):
+        assert tier_from_metadata({"proteus_tier": "gold"}, None, CONFIG) is None
+    assert "not a configured tier" in caplog.text and "gold" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "requested, tier, expected",
+    [
+        # (tau, source, tier, capped)
+        (None, None, (0.85, "default", "standard", False)),
+        (None, TierChoice("economy", "redis"), (0.75, "redis", "economy", False)),
+        (None, TierChoice("premium", "key_metadata"), (0.9, "key_metadata", "premium", False)),
+        (0.7, TierChoice("economy", "team_metadata"), (0.7, "request", "economy", False)),  # lowering: allowed
+        (0.95, TierChoice("economy", "redis"), (0.75, "redis", "economy", True)),  # raising: capped
+        (0.95, None, (0.85, "default", "standard", True)),
+        (0.95, TierChoice("premium", "key_metadata"), (0.95, "request", "premium", False)),  # allow_raise
+    ],
+)
+def test_resolve_tau_precedence_and_caps(requested, tier, expected):
+    got = resolve_tau(CONFIG, requested, tier)
+    assert (got.tau, got.source, got.tier, got.capped) == expected
+    assert got.requested == requested
+
+
+# -- slots and prices --------------------------------------------------------------------------
+def test_slot_from_model_info_model_name_or_provider_prefix():
+    assert deployment_slot(deployment("a", "openai/whatever", slot="mistralai/mistral-7b-chat"), SLOTS) == 2
+    assert deployment_slot(deployment("b", "gpt-4-1106-preview"), SLOTS) == 0
+    assert deployment_slot(deployment("c", "openai/gpt-4-1106-preview"), SLOTS) == 0
+    assert deployment_slot(deployment("d", "together_ai/mistralai/mixtral-8x7b-chat"), SLOTS) == 1
+
+
+def test_unmapped_and_unknown_slots_name_the_deployment_and_the_slots():
+    with pytest.raises(DeploymentMappingError) as info:
+        deployment_slot(deployment("x1", "openai/gpt-4o"), SLOTS)
+    assert "openai/gpt-4o" in str(info.value) and "model_info.proteus_model" in str(info.value)
+    with pytest.raises(DeploymentMappingError) as info:
+        deployment_slot(deployment("x2", "openai/gpt-4o", slot="gpt-5"), SLOTS)
+    assert "'gpt-5' is not a slot" in str(info.value) and "gpt-4-1106-preview" in str(info.value)
+
+
+def test_prices_deployment_first_then_model_info_then_cost_map():
+    cost_map = {"known-model": {"input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6}}
+    assert deployment_prices(deployment("a", "x", prices=(1e-6, 2e-6)), cost_map).source == "litellm_params"
+    info_priced = deployment("b", "x", prices=None)
+    info_priced["model_info"].update(input_cost_per_token=5e-6, output_cost_per_token=6e-6)
+    assert deployment_prices(info_priced, cost_map).input_per_token == 5e-6
+    by_map = deployment_prices(deployment("c", "openai/known-model", prices=None), cost_map)
+    assert (by_map.input_per_token, by_map.output_per_token, by_map.source) == (3e-6, 4e-6, "cost_map:known-model")
+    assert deployment_prices(deployment("d", "unknown", prices=None), cost_map) is None
+
+
+def test_prices_from_litellms_own_cost_map():
+    prices = deployment_prices(deployment("a", "openai/gpt-3.5-turbo-1106", prices=None))
+    assert prices is not None and prices.input_per_token == pytest.approx(1e-6)
+
+
+def test_check_model_list_lists_every_problem():
+    engine = DecisionEngine(SimpleNamespace(models=SLOTS, avg_output_tokens={}), CONFIG, cost_map={})
+    model_list = [
+        deployment("ok", "gpt-4-1106-preview"),
+        deployment("unmapped", "openai/gpt-4o"),
+        deployment("unpriced", "openai/mistralai/mistral-7b-chat", prices=None),
+        deployment("elsewhere", "openai/gpt-4o", group="plain"),  # not a PROTEUS group: not checked
+    ]
+    with pytest.raises(DeploymentMappingError) as info:
+        engine.check_model_list(model_list)
+    message = str(info.value)
+    assert "'openai/gpt-4o', id unmapped" in message and "id unpriced" in message and "has no price" in message
+    assert "elsewhere" not in message
+    engine.check_model_list(model_list[:1])
+    with pytest.raises(DeploymentMappingError, match="group 'proteus-auto' has no deployments"):
+        engine.check_model_list([])
+
+
+# -- retries -------------------------------------------------------------------------------------
+def test_failed_deployments_are_never_repicked():
+    pool = [deployment(i, "gpt-4-1106-preview") for i in ("a", "b", "c")]
+    metadata = {"previous_models": [{"deployment_id": "a"}, {"model_info": {"id": "b"}}]}  # new and old formats
+    assert failed_deployment_ids(metadata) == ["a", "b"]
+    assert [d["model_info"]["id"] for d in exclude_failed(pool, ["a", "b"])] == ["c"]
+    # all failed: only the one that failed last is excluded
+    assert [d["model_info"]["id"] for d in exclude_failed(pool, ["c", "a", "b"])] == ["a", "c"]
+    assert exclude_failed(pool, []) == pool
+
+
+# -- the decision --------------------------------------------------------------------------------
+class RecordingPredictor:
+    def __init__(self):
+        self.calls = []
+
+    def decide(self, texts, taus, candidates):
+        self.calls.append((list(texts), list(taus), candidates))
+        return [
+            Decision(0, c[0].slot, SLOTS[c[0].slot], 0.5, t, t, False, (0.5,) * len(c), (0.0,) * len(c))
+            for t, c in zip(taus, candidates)
+        ]
+
+
+def test_decide_estimates_costs_from_prompt_tokens_and_average_outputs():
+    manifest = SimpleNamespace(models=SLOTS, avg_output_tokens={SLOTS[0]: 100.0, SLOTS[1]: 300.0})
+    predictor = RecordingPredictor()
+    engine = DecisionEngine(manifest, CONFIG, predictor, token_counter=lambda messages, text: 50)
+    cands = [engine.score(deployment("a", "gpt-4-1106-preview", prices=(1e-5, 3e-5))),
+             engine.score(deployment("b", "x", slot=SLOTS[1], prices=(1e-6, 2e-6)))]
+    routed = engine.decide([DecisionRequest("q", None, 0.8, cands)])
+    (_, taus, candidates), = predictor.calls
+    assert taus == [0.8]
+    assert [c.cost_usd for c in candidates[0]] == pytest.approx([50 * 1e-5 + 100 * 3e-5, 50 * 1e-6 + 300 * 2e-6])
+    assert routed[0].prompt_tokens == 50 and routed[0].cost_usd == pytest.approx(50 * 1e-5 + 100 * 3e-5)
+
+
+def test_prompt_text_joins_message_texts():
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is"}, {"type": "image_url", "image_url": {}}]},
+    ]
+    assert prompt_text(messages) == "be brief\nwhat is"
+    assert prompt_text(None, input=["a", "b"]) == "a\nb"
+
+
+@pytest.fixture(scope="module")
+def steerable_engine(steerable_artifact):
+    from litellm_proteus.predictor import ProteusPredictor
+
+    predictor = ProteusPredictor(steerable_artifact, device="cpu")
+    return DecisionEngine(predictor.manifest, CONFIG, predictor)
+
+
+def candidates_for(engine, prices):
+    return [
+        engine.score(deployment(slot, "openai/x", slot=slot, prices=prices[slot]))
+        for slot in ("gpt-4-1106-preview", "mistralai/mixtral-8x7b-chat", "mistralai/mistral-7b-chat")
+    ]
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_real_predictor_tau_is_clamped_to_the_trained_range(steerable_engine):
+    prices = {"gpt-4-1106-preview": (1e-5, 3e-5), "mistralai/mixtral-8x7b-chat": (6e-7, 6e-7),
+              "mistralai/mistral-7b-chat": (2e-7, 2e-7)}
+    cands = candidates_for(steerable_engine, prices)
+    low, inside, high = steerable_engine.decide([DecisionRequest("q", QUESTION, t, cands) for t in (0.3, 0.8, 0.99)])
+    assert (low.decision.clamped, low.decision.tau_effective) == (True, 0.7)
+    assert (high.decision.clamped, high.decision.tau_effective) == (True, 0.9)
+    assert (inside.decision.clamped, inside.decision.tau_effective) == (False, 0.8)
+
+
+def test_real_predictor_price_change_moves_the_decision_without_retraining(steerable_engine):
+    list_prices = {"gpt-4-1106-preview": (1e-5, 3e-5), "mistralai/mixtral-8x7b-chat": (6e-7, 6e-7),
+                   "mistralai/mistral-7b-chat": (2e-7, 2e-7)}
+    request = lambda prices: DecisionRequest("q", QUESTION, 0.7, candidates_for(steerable_engine, prices))
+    before = steerable_engine.decide([request(list_prices)])[0].decision
+    assert before.model == "mistralai/mixtral-8x7b-chat"  # low tau: the cheap, decent model
+    cheaper_gpt4 = dict(list_prices, **{"gpt-4-1106-preview": (1e-8, 1e-8)})
+    after = steerable_engine.decide([request(cheaper_gpt4)])[0].decision
+    assert after.model == "gpt-4-1106-preview"  # GPT-4 at a near-zero price wins even at low tau
+    pricier_mixtral = dict(list_prices, **{"mistralai/mixtral-8x7b-chat": (1e-5, 3e-5)})
+    assert steerable_engine.decide([request(pricier_mixtral)])[0].decision.model == "mistralai/mistral-7b-chat"
+    high = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.9, candidates_for(steerable_engine, list_prices))])
+    assert high[0].decision.model == "gpt-4-1106-preview"

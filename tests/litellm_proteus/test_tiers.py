@@ -1,0 +1,95 @@
+"""Per-key tiers in a real redis-server: the store, its failure modes, and ``proteus tiers``."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+import yaml
+
+from litellm_proteus.cli import main
+from litellm_proteus.config import RedisSettings
+from litellm_proteus.tiers import TierStore, TierStoreError, hash_key
+
+from .conftest import free_port
+
+
+def test_hash_key_is_litellms_key_hash():
+    from litellm.proxy.utils import hash_token
+
+    assert hash_key("sk-alice") == hash_token("sk-alice")
+    already = hash_token("sk-alice")
+    assert hash_key(already) == already  # hashes pass through unchanged
+
+
+def test_cli_set_get_list_delete(redis_server, capsys):
+    url = ["tiers", "--redis-url", redis_server.url]
+    assert main([*url, "set", "sk-alice", "premium"]) == 0
+    assert main([*url, "set", hash_key("sk-bob"), "economy"]) == 0
+    capsys.readouterr()
+    assert main([*url, "get", "sk-alice"]) == 0
+    assert capsys.readouterr().out.split() == [hash_key("sk-alice"), "premium"]
+    assert main([*url, "list"]) == 0
+    listed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
+    assert listed == {hash_key("sk-alice"): "premium", hash_key("sk-bob"): "economy"}
+    assert main([*url, "delete", "sk-alice"]) == 0
+    assert main([*url, "get", "sk-alice"]) == 1
+    assert "default tier applies" in capsys.readouterr().out
+
+
+def test_cli_rejects_unknown_tiers_listing_the_allowed_ones(redis_server, tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "router_settings": {
+                    "routing_strategy": "proteus",
+                    "routing_strategy_args": {
+                        "tiers": {"gold": 0.9, "bronze": 0.75},
+                        "default_tier": "bronze",
+                        "redis": {"url": redis_server.url},
+                    },
+                }
+            }
+        )
+    )
+    assert main(["tiers", "--config", str(config), "set", "sk-x", "premium"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown tier 'premium'" in err and "['bronze', 'gold']" in err
+    assert main(["tiers", "set", "sk-x", "gold", "--config", str(config)]) == 0  # Redis URL from the config
+    store = TierStore(RedisSettings(url=redis_server.url))
+    assert store.get(hash_key("sk-x")) == "gold"
+
+
+def test_cli_reports_an_unreachable_redis(capsys):
+    assert main(["tiers", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "get", "sk-x"]) == 1
+    assert "error: Redis at" in capsys.readouterr().err
+
+
+def test_async_lookup_and_cache(redis_server):
+    store = TierStore(RedisSettings(url=redis_server.url, cache_ttl_s=60))
+    store.set(hash_key("sk-a"), "premium")
+
+    async def lookups():
+        first = await store.aget(hash_key("sk-a"))
+        store.set(hash_key("sk-a"), "economy")
+        cached = await store.aget(hash_key("sk-a"))
+        missing = await store.aget(hash_key("sk-none"))
+        return first, cached, missing
+
+    assert asyncio.run(lookups()) == ("premium", "premium", None)
+    uncached = TierStore(RedisSettings(url=redis_server.url, cache_ttl_s=0))
+    assert asyncio.run(uncached.aget(hash_key("sk-a"))) == "economy"
+
+
+def test_unreachable_or_silent_redis_raises_tier_store_error():
+    refused = TierStore(RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0", timeout_ms=100))
+    with pytest.raises(TierStoreError):
+        asyncio.run(refused.aget("h"))
+    with socket.socket() as silent:  # accepts connections, never answers: the timeout must fire
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        slow = TierStore(RedisSettings(port=silent.getsockname()[1], timeout_ms=100))
+        with pytest.raises(TierStoreError, match="did not answer within 100"):
+            asyncio.run(slow.aget("h"))
