@@ -1,0 +1,107 @@
+"""``proteus eval`` end to end: real loader, real encoder (with its on-disk cache), real files out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+
+from litellm_proteus.artifact import DataRecord
+from litellm_proteus.cli import main
+from train.evaluation.baselines import BASELINE_NAMES
+from train.evaluation.plots import FIGURES
+
+from .conftest import SYNTH_MODELS, write_synthetic_routerbench
+
+FAST = ["--seeds", "1", "--bootstrap", "100", "--dynamic-queries", "200", "--window", "50", "--quiet"]
+
+
+def read_outputs(out):
+    metrics = json.loads((out / "metrics.json").read_text())
+    report = (out / "report.md").read_text()
+    for name in FIGURES:
+        assert (out / name).stat().st_size > 10_000, name
+    return metrics, report
+
+
+def test_eval_cli_on_the_recorded_data(tmp_path, make_artifact):
+    csv = write_synthetic_routerbench(tmp_path / "logs.csv", n=200)
+    record = DataRecord(paths=[str(csv)], sha256="0" * 64, split_seed=0)  # a hash that cannot match: must warn
+    artifact = make_artifact(SYNTH_MODELS, tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8), data=record)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with pytest.warns(UserWarning, match="hash differs"):
+        code = main(["eval", "--artifact", str(artifact), "--out", str(out), "--cache-dir", str(cache), *FAST])
+    assert code == 0
+    metrics, report = read_outputs(out)
+    assert metrics["dataset"] == "logs"
+    assert metrics["models"] == SYNTH_MODELS
+    assert metrics["n_train"] + metrics["n_val"] + metrics["n_test"] == 200  # 70/15/15, no NaN rows
+    assert metrics["n_test"] == 30
+    assert set(metrics["routers"]) == {"PROTEUS", *BASELINE_NAMES}
+    assert metrics["latency"]["encoder_ms_per_query"] > 0  # measured on the real encoder
+    assert metrics["routers"]["KNN"]["re"] is not None
+    assert any("hash differs" in w for w in metrics["data"]["warnings"])
+    assert "> Warning:" in report and "## Table 1" in report
+    assert f"proteus eval --artifact {artifact} --out {out}" in report
+    assert list((cache / "embeddings").glob("*.sqlite"))  # embeddings cached for the next run
+
+
+def test_eval_cli_bad_input(tmp_path, make_artifact, capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--out", str(tmp_path), "--ablation", "no-equals-sign"])
+    assert "--ablation takes NAME=DIR" in capsys.readouterr().err
+    artifact = make_artifact(SYNTH_MODELS, data=DataRecord(paths=[str(tmp_path / "gone.csv")]))
+    with pytest.raises(FileNotFoundError, match="--data"):
+        main(["eval", "--artifact", str(artifact), "--out", str(tmp_path / "o"), "--quiet"])
+    bare = make_artifact(SYNTH_MODELS, seed=1)
+    with pytest.raises(ValueError, match="manifest.data.paths is empty"):
+        main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--quiet"])
+    with pytest.raises(SystemExit, match="--tau-step"):
+        main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--tau-step", "0"])
+
+
+def test_eval_rejects_data_without_the_artifacts_models(tmp_path, make_artifact):
+    csv = write_synthetic_routerbench(tmp_path / "logs.csv", n=60)
+    artifact = make_artifact(["tiny", "small", "gpt-9"])
+    with pytest.raises(ValueError, match="lacks models the artifact routes to: \\['gpt-9'\\]"):
+        main(["eval", "--artifact", str(artifact), "--data", str(csv), "--out", str(tmp_path / "o"),
+              "--cache-dir", "", "--quiet"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("train.cli") is None, reason="the trainer (train.cli) is not there yet")
+def test_train_then_eval(tmp_path):
+    """The CI pipeline: a short real training run on a small log, then its evaluation with an ablation."""
+    csv = write_synthetic_routerbench(tmp_path / "logs.csv", n=200)
+    cache = str(tmp_path / "cache")
+    train = ["--data", str(csv), "--steps", "30", "--perf-epochs", "5", "--oof-folds", "2", "--quiet", "--cache-dir", cache]
+    assert main(["train", *train, "--out", str(tmp_path / "full")]) == 0
+    assert main(["train", *train, "--out", str(tmp_path / "nocritic"), "--no-critic"]) == 0
+    out = tmp_path / "eval"
+    code = main(["eval", "--artifact", str(tmp_path / "full"), "--out", str(out), "--cache-dir", cache,
+                 "--ablation", f"NoCritic={tmp_path / 'nocritic'}", *FAST])
+    assert code == 0
+    metrics, report = read_outputs(out)
+    assert metrics["data"]["warnings"] == []  # same data, same hash, same split as recorded
+    manifest = json.loads((tmp_path / "full" / "manifest.json").read_text())
+    assert metrics["tau_range"] == manifest["tau_range"]
+    assert metrics["n_test"] == manifest["data"]["split"]["test"]
+    assert "NoCritic" in metrics["ablations"] and "NoCritic" in report.split("## Table 4")[1]
+
+
+@pytest.mark.shared_data
+def test_eval_on_a_slice_of_routerbench(tmp_path, shared_data, make_artifact):
+    """Real RouterBench rows (list-string prompts, file-named splits) through the real loader."""
+    source = shared_data / "routerbench-partial"
+    data = tmp_path / "rb"
+    data.mkdir()
+    pd.read_csv(source / "arc_challenge_train.csv").head(40).to_csv(data / "arc_challenge_train.csv", index=False)
+    pd.read_csv(source / "arc_challenge_test.csv").head(20).to_csv(data / "arc_challenge_test.csv", index=False)
+    artifact = make_artifact(data=DataRecord(paths=[str(data)], split_seed=0))
+    out = tmp_path / "out"
+    assert main(["eval", "--artifact", str(artifact), "--out", str(out), "--cache-dir", str(tmp_path / "c"), *FAST]) == 0
+    metrics, _ = read_outputs(out)
+    assert metrics["dataset"] == "rb"
+    assert metrics["n_test"] + metrics["n_test_excluded"] == 20  # the test file's rows
+    assert len(metrics["models"]) == 11

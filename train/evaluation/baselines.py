@@ -1,0 +1,488 @@
+"""The paper's baselines (section 3.1), all on the SAME frozen encoder embeddings as PROTEUS, fit on the
+same train split and tuned on the same validation split.
+
+Every router sees, per query, the embedding and the query's logged per-call cost of each model
+(exactly what PROTEUS's ``route_log`` gets), and returns a routing (a choice per query, or routing
+probabilities for Random).  Choices where the paper is silent:
+
+- Random: uniform over models; we report its exact expected accuracy and cost (no sampling noise).
+- Cheapest / BestFixed: the model with the lowest mean train cost / the highest mean accuracy on
+  train + validation (never the test split).
+- KNN: 5 nearest train queries by cosine similarity; predicted score = the neighbours' mean per model;
+  route to the argmax (ties, frequent with 0/1 labels and k = 5, go to the cheaper model).
+- MLP: 3 linear layers (D -> 256 -> 256 -> K, GELU), masked BCE on observed cells, AdamW, early
+  stopping on validation loss; route to the argmax of the predicted scores.  This one predictor is
+  also the accuracy estimate acc_i / p_i of CARROT and Calibrated-Threshold, so those baselines
+  differ from MLP only in their routing rule.
+- CARROT-{Quality, Balanced, Cost}: score_i = (1 - mu) acc_i - mu c_i with mu = 0.1 / 0.5 / 0.9 and
+  linear cost normalisation c_i = cost_i / (highest mean train cost of any model), as in CARROT.
+- RouteLLM-Style: a K-way classifier (same MLP body, softmax cross-entropy) of P(model_i is best |
+  query), where "best" on a train row = the cheapest model with the row's highest score; route to the
+  most probable model.
+- OmniRouter-Style: "dual-head" accuracy prediction = the mean of a parametric head (the MLP above)
+  and a retrieval head (10-NN), after OmniRouter's hybrid retrieval-augmented predictor; per-query
+  Lagrangian routing argmax_i lambda * p_i - c_i, with lambda solved on the routed batch so that the
+  batch's *predicted* accuracy reaches the constraint parameter alpha (bisection; predicted accuracy
+  is monotone in lambda).  For each tau, alpha is picked on validation (below).
+- Calibrated-Threshold (what an operator does today): route to the cheapest model whose predicted p_i
+  clears a threshold t (none clears: the argmax p_i); for each tau, t is picked on validation.
+
+Tuning the tau-capable baselines on validation uses the same rule as PROTEUS's own calibration
+(``train/ppo.py``): on the non-decreasing lower envelope of validation accuracy versus the knob,
+take the smallest knob whose accuracy reaches tau + the artifact's calibration margin; when no knob
+reaches it, the knob with the best validation accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .metrics import oracle_choice
+
+
+@dataclass
+class Split:
+    """One split as the routers see it."""
+
+    emb: np.ndarray  # [N, D] float32 sentence embeddings
+    scores: np.ndarray  # [N, K] outcome in [0, 1]; NaN = not observed
+    costs: np.ndarray  # [N, K] USD per call (no NaN: filled before)
+
+    def __post_init__(self) -> None:
+        self.emb = np.asarray(self.emb, dtype=np.float32)
+        self.scores = np.asarray(self.scores, dtype=np.float64)
+        self.costs = np.asarray(self.costs, dtype=np.float64)
+        if not (len(self.emb) == len(self.scores) == len(self.costs)):
+            raise ValueError("emb, scores and costs must have the same number of rows")
+        if self.scores.shape != self.costs.shape:
+            raise ValueError(f"scores {self.scores.shape} and costs {self.costs.shape} must have the same shape")
+        if not np.isfinite(self.costs).all():
+            raise ValueError("costs must be finite (fill missing costs first)")
+
+    def __len__(self) -> int:
+        return len(self.emb)
+
+    @property
+    def n_models(self) -> int:
+        return self.scores.shape[1]
+
+
+@dataclass
+class Routed:
+    assign: np.ndarray  # [N] model index, or [N, K] routing probabilities
+    mu: np.ndarray | None = None  # PROTEUS's quality preference per query
+    knob: float | None = None  # the tuned parameter a tau-capable baseline used
+
+
+def cheapest_argmax(pred: np.ndarray, costs: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """argmax of ``pred`` per row, ties broken towards the cheaper model."""
+    best = pred.max(axis=1, keepdims=True)
+    return np.where(pred >= best - tol, costs, np.inf).argmin(axis=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# predictors on the embeddings
+# ----------------------------------------------------------------------------------------------
+def _mlp(in_dim: int, out_dim: int, hidden: int = 256) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, out_dim)
+    )
+
+
+def masked_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    observed = torch.isfinite(targets)
+    return F.binary_cross_entropy_with_logits(logits[observed], targets[observed])
+
+
+@dataclass
+class MLPTrainer:
+    """Minibatch AdamW with early stopping on the validation loss (best weights kept)."""
+
+    epochs: int = 60
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    batch_size: int = 128
+    patience: int = 6
+    seed: int = 0
+
+    def fit(self, net: nn.Module, loss_fn, x: np.ndarray, y: torch.Tensor, x_val: np.ndarray, y_val: torch.Tensor):
+        generator = torch.Generator().manual_seed(self.seed)
+        x_t, xv_t = torch.as_tensor(x), torch.as_tensor(x_val)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        best, best_state, stale = math.inf, None, 0
+        for _ in range(self.epochs):
+            net.train()
+            order = torch.randperm(len(x_t), generator=generator)
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                loss = loss_fn(net(x_t[idx]), y[idx])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            net.eval()
+            with torch.no_grad():
+                val_loss = float(loss_fn(net(xv_t), y_val)) if len(xv_t) else float(loss)
+            if val_loss < best - 1e-5:
+                best, stale = val_loss, 0
+                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+            else:
+                stale += 1
+                if stale >= self.patience:
+                    break
+        if best_state is not None:
+            net.load_state_dict(best_state)
+        net.eval()
+        return net
+
+
+class ScorePredictor:
+    """Per-model correctness p_i(x) from a 3-layer MLP (masked BCE)."""
+
+    def __init__(self, train: Split, val: Split, seed: int = 0):
+        torch.manual_seed(seed)
+        self.net = _mlp(train.emb.shape[1], train.n_models)
+        y = torch.as_tensor(train.scores, dtype=torch.float32)
+        y_val = torch.as_tensor(val.scores, dtype=torch.float32)
+        MLPTrainer(seed=seed).fit(self.net, masked_bce, train.emb, y, val.emb, y_val)
+
+    @torch.inference_mode()
+    def predict(self, emb: np.ndarray) -> np.ndarray:
+        return torch.sigmoid(self.net(torch.as_tensor(emb, dtype=torch.float32))).numpy().astype(np.float64)
+
+
+class BestModelClassifier:
+    """P(model_i is best | query), best = cheapest model with the row's top score (unobserved = 0)."""
+
+    def __init__(self, train: Split, val: Split, seed: int = 0):
+        torch.manual_seed(seed)
+        self.net = _mlp(train.emb.shape[1], train.n_models)
+
+        def labels(split: Split) -> torch.Tensor:
+            return torch.as_tensor(oracle_choice(np.nan_to_num(split.scores, nan=0.0), split.costs), dtype=torch.long)
+
+        MLPTrainer(seed=seed).fit(self.net, F.cross_entropy, train.emb, labels(train), val.emb, labels(val))
+
+    @torch.inference_mode()
+    def predict(self, emb: np.ndarray) -> np.ndarray:
+        return torch.softmax(self.net(torch.as_tensor(emb, dtype=torch.float32)), dim=-1).numpy()
+
+
+class KNNPredictor:
+    """Mean outcome per model over the k most cosine-similar train queries."""
+
+    def __init__(self, train: Split, k: int = 5):
+        if k < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        self.k = min(k, len(train))
+        self.keys = _unit(train.emb)
+        self.scores = train.scores
+        col = np.nanmean(np.where(np.isfinite(train.scores), train.scores, np.nan), axis=0)
+        self.fallback = np.nan_to_num(col, nan=0.0)
+
+    def predict(self, emb: np.ndarray, chunk: int = 2048) -> np.ndarray:
+        out = np.empty((len(emb), self.scores.shape[1]))
+        queries = _unit(emb)
+        for start in range(0, len(queries), chunk):
+            sim = queries[start : start + chunk] @ self.keys.T
+            top = np.argpartition(-sim, self.k - 1, axis=1)[:, : self.k]
+            neigh = self.scores[top]  # [n, k, K]
+            with warnings.catch_warnings():  # a model unobserved among all neighbours: fallback below
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(neigh, axis=1)
+            out[start : start + chunk] = np.where(np.isfinite(mean), mean, self.fallback)
+        return out
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+@dataclass
+class FitContext:
+    """Train/validation data plus predictors shared between baselines (fit once, lazily)."""
+
+    train: Split
+    val: Split
+    seed: int = 0
+    margin: float = 0.0  # validation margin of the tau-capable baselines (= PROTEUS's calibration margin)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def _get(self, key, build):
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def score_mlp(self) -> ScorePredictor:
+        return self._get("mlp", lambda: ScorePredictor(self.train, self.val, self.seed))
+
+    def knn(self, k: int) -> KNNPredictor:
+        return self._get(("knn", k), lambda: KNNPredictor(self.train, k))
+
+    def best_classifier(self) -> BestModelClassifier:
+        return self._get("best", lambda: BestModelClassifier(self.train, self.val, self.seed))
+
+    @property
+    def cost_scale(self) -> float:
+        """Linear cost normaliser: the highest mean train cost of any model (that model -> ~1)."""
+        return float(max(self.train.costs.mean(axis=0).max(), 1e-12))
+
+
+# ----------------------------------------------------------------------------------------------
+# tuning a knob on validation
+# ----------------------------------------------------------------------------------------------
+class KnobTable:
+    """Validation accuracy along an increasing knob -> the knob to use for a requested tau."""
+
+    def __init__(self, knobs: np.ndarray, val_accuracy: np.ndarray, margin: float = 0.0):
+        self.knobs = np.asarray(knobs, dtype=np.float64)
+        self.val_accuracy = np.asarray(val_accuracy, dtype=np.float64)
+        # the non-decreasing lower envelope: a knob counts as reaching tau only if every larger
+        # knob does too (PROTEUS's calibration uses the same rule)
+        self.envelope = np.minimum.accumulate(self.val_accuracy[::-1])[::-1]
+        self.margin = margin
+        self.best = int(np.argmax(self.val_accuracy))
+
+    def index(self, tau: float | np.ndarray) -> np.ndarray:
+        taus = np.atleast_1d(np.asarray(tau, dtype=np.float64))
+        idx = np.searchsorted(self.envelope, taus + self.margin - 1e-12, side="left")
+        return np.where(idx >= len(self.knobs), self.best, idx)
+
+    def knob(self, tau: float | np.ndarray) -> np.ndarray:
+        return self.knobs[self.index(tau)]
+
+
+# ----------------------------------------------------------------------------------------------
+# routers
+# ----------------------------------------------------------------------------------------------
+class Router:
+    name: ClassVar[str] = ""
+    tau_capable: ClassVar[bool] = False  # takes tau as input
+    per_query_tau: ClassVar[bool] = False  # can take a different tau for every query
+    has_latency: ClassVar[bool] = True  # False: a static rule (RE is N/A, t_router = 0 in RPI)
+
+    def fit(self, ctx: FitContext) -> "Router":
+        return self
+
+    def route(self, emb: np.ndarray, costs: np.ndarray, tau: float | np.ndarray | None = None) -> Routed:
+        raise NotImplementedError
+
+
+class RandomRouter(Router):
+    name = "Random"
+    has_latency = False
+
+    def route(self, emb, costs, tau=None):
+        k = costs.shape[1]
+        return Routed(np.full((len(costs), k), 1.0 / k))
+
+
+class FixedRouter(Router):
+    """Always the same model (chosen in ``fit``)."""
+
+    has_latency = False
+    model_index: int = 0
+
+    def route(self, emb, costs, tau=None):
+        return Routed(np.full(len(costs), self.model_index, dtype=np.int64))
+
+
+class CheapestRouter(FixedRouter):
+    name = "Cheapest"
+
+    def fit(self, ctx):
+        self.model_index = int(np.argmin(ctx.train.costs.mean(axis=0)))
+        return self
+
+
+class BestFixedRouter(FixedRouter):
+    name = "BestFixed"
+
+    def fit(self, ctx):
+        scores = np.concatenate([ctx.train.scores, ctx.val.scores])
+        self.model_index = int(np.nanargmax(np.nanmean(scores, axis=0)))
+        return self
+
+
+class KNNRouter(Router):
+    name = "KNN"
+
+    def __init__(self, k: int = 5):
+        self.k = k
+
+    def fit(self, ctx):
+        self.predictor = ctx.knn(self.k)
+        return self
+
+    def route(self, emb, costs, tau=None):
+        return Routed(cheapest_argmax(self.predictor.predict(emb), costs))
+
+
+class MLPRouter(Router):
+    name = "MLP"
+
+    def fit(self, ctx):
+        self.predictor = ctx.score_mlp()
+        return self
+
+    def route(self, emb, costs, tau=None):
+        return Routed(cheapest_argmax(self.predictor.predict(emb), costs))
+
+
+class CarrotRouter(Router):
+    """score_i = (1 - mu) acc_i - mu c_i (linear cost normalisation)."""
+
+    VARIANTS: ClassVar[dict[str, float]] = {"CARROT-Quality": 0.1, "CARROT-Balanced": 0.5, "CARROT-Cost": 0.9}
+
+    def __init__(self, variant: str):
+        if variant not in self.VARIANTS:
+            raise ValueError(f"CARROT variant must be one of {sorted(self.VARIANTS)}; got {variant!r}")
+        self.name = variant  # type: ignore[misc]
+        self.mu = self.VARIANTS[variant]
+
+    def fit(self, ctx):
+        self.predictor = ctx.score_mlp()
+        self.cost_scale = ctx.cost_scale
+        return self
+
+    def route(self, emb, costs, tau=None):
+        score = (1 - self.mu) * self.predictor.predict(emb) - self.mu * costs / self.cost_scale
+        return Routed(cheapest_argmax(score, costs))
+
+
+class RouteLLMRouter(Router):
+    name = "RouteLLM-Style"
+
+    def fit(self, ctx):
+        self.classifier = ctx.best_classifier()
+        return self
+
+    def route(self, emb, costs, tau=None):
+        return Routed(cheapest_argmax(self.classifier.predict(emb), costs))
+
+
+class CalibratedThresholdRouter(Router):
+    name = "Calibrated-Threshold"
+    tau_capable = True
+    per_query_tau = True
+    THRESHOLDS: ClassVar[np.ndarray] = np.round(np.linspace(0.0, 1.0, 401), 6)
+
+    def fit(self, ctx):
+        self.predictor = ctx.score_mlp()
+        p_val = self.predictor.predict(ctx.val.emb)
+        scores = np.nan_to_num(ctx.val.scores, nan=0.0)
+        acc = [
+            scores[np.arange(len(p_val)), self.choose(p_val, ctx.val.costs, np.full(len(p_val), t))].mean()
+            for t in self.THRESHOLDS
+        ]
+        self.table = KnobTable(self.THRESHOLDS, np.asarray(acc), ctx.margin)
+        return self
+
+    @staticmethod
+    def choose(p: np.ndarray, costs: np.ndarray, threshold: np.ndarray) -> np.ndarray:
+        """Cheapest model with p_i >= threshold (per row); the argmax p_i when none clears it."""
+        clears = p >= threshold[:, None] - 1e-12
+        cheapest = np.where(clears, costs, np.inf).argmin(axis=1)
+        return np.where(clears.any(axis=1), cheapest, p.argmax(axis=1))
+
+    def route(self, emb, costs, tau=None):
+        if tau is None:
+            raise ValueError(f"{self.name} needs tau")
+        thresholds = np.broadcast_to(self.table.knob(tau), (len(emb),))
+        p = self.predictor.predict(emb)
+        knob = float(thresholds[0]) if np.ndim(tau) == 0 else None
+        return Routed(self.choose(p, costs, thresholds), knob=knob)
+
+
+class OmniRouterRouter(Router):
+    name = "OmniRouter-Style"
+    tau_capable = True  # one tau per routed batch: the dual is solved on the batch
+    N_ALPHA: ClassVar[int] = 81
+
+    def __init__(self, retrieval_k: int = 10):
+        self.retrieval_k = retrieval_k
+
+    def fit(self, ctx):
+        self.mlp, self.knn = ctx.score_mlp(), ctx.knn(self.retrieval_k)
+        self.cost_scale = ctx.cost_scale
+        p_val = self.predict(ctx.val.emb)
+        c_val = ctx.val.costs / self.cost_scale
+        lo = p_val[np.arange(len(p_val)), self.choice(p_val, c_val, 0.0)].mean()
+        hi = p_val.max(axis=1).mean()
+        alphas = np.linspace(lo, hi, self.N_ALPHA)
+        scores = np.nan_to_num(ctx.val.scores, nan=0.0)
+        acc = [scores[np.arange(len(p_val)), self.solve(p_val, c_val, a)].mean() for a in alphas]
+        self.table = KnobTable(alphas, np.asarray(acc), ctx.margin)
+        return self
+
+    def predict(self, emb: np.ndarray) -> np.ndarray:
+        return 0.5 * (self.mlp.predict(emb) + self.knn.predict(emb))
+
+    @staticmethod
+    def choice(p: np.ndarray, c_hat: np.ndarray, lam: float) -> np.ndarray:
+        """argmax_i lam * p_i - c_i (lam = 0: the cheapest; ties towards higher p)."""
+        return _argmax_tiebreak(lam * p - c_hat, p)
+
+    @classmethod
+    def solve(cls, p: np.ndarray, c_hat: np.ndarray, alpha: float, iterations: int = 40) -> np.ndarray:
+        """Smallest lambda whose routing has mean predicted accuracy >= alpha (bisection in log lambda)."""
+        top = cls.choice(p, c_hat, 1e6)
+        if p[np.arange(len(p)), top].mean() < alpha - 1e-12:
+            return top  # the constraint is infeasible even on predictions: maximise predicted accuracy
+        low, high = -6.0, 6.0
+        if p[np.arange(len(p)), cls.choice(p, c_hat, 10**low)].mean() >= alpha - 1e-12:
+            return cls.choice(p, c_hat, 10**low)
+        for _ in range(iterations):
+            mid = (low + high) / 2
+            if p[np.arange(len(p)), cls.choice(p, c_hat, 10**mid)].mean() >= alpha - 1e-12:
+                high = mid
+            else:
+                low = mid
+        return cls.choice(p, c_hat, 10**high)
+
+    def route(self, emb, costs, tau=None):
+        if tau is None or np.ndim(tau) != 0:
+            raise ValueError(f"{self.name} routes a batch at one scalar tau")
+        alpha = float(self.table.knob(tau)[0])
+        return Routed(self.solve(self.predict(emb), costs / self.cost_scale, alpha), knob=alpha)
+
+
+def _argmax_tiebreak(score: np.ndarray, secondary: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+    best = score.max(axis=1, keepdims=True)
+    return np.where(score >= best - tol, secondary, -np.inf).argmax(axis=1)
+
+
+BASELINE_NAMES: tuple[str, ...] = (
+    "Random",
+    "Cheapest",
+    "BestFixed",
+    "KNN",
+    "MLP",
+    "CARROT-Quality",
+    "CARROT-Balanced",
+    "CARROT-Cost",
+    "RouteLLM-Style",
+    "OmniRouter-Style",
+    "Calibrated-Threshold",
+)
+
+
+def make_baselines() -> list[Router]:
+    """Unfitted baselines in the order of ``BASELINE_NAMES``."""
+    routers: list[Router] = [RandomRouter(), CheapestRouter(), BestFixedRouter(), KNNRouter(5), MLPRouter()]
+    routers += [CarrotRouter(name) for name in CarrotRouter.VARIANTS]
+    routers += [RouteLLMRouter(), OmniRouterRouter(), CalibratedThresholdRouter()]
+    assert [r.name for r in routers] == list(BASELINE_NAMES)
+    return routers
+
+
+def fit_baselines(ctx: FitContext) -> list[Router]:
+    return [router.fit(ctx) for router in make_baselines()]
