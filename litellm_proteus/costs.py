@@ -2,10 +2,12 @@
 
 The paper normalises costs "online using exponential moving average of percentile-based bounds".
 Our choices, where it is silent:
-- the bounds are taken on log10(USD per call): prices span orders of magnitude, and a linear scale
-  would squash every open model to ~0 next to GPT-4;
+- ``space``: ``usd_per_call`` (default, the paper's literal reading: linear in dollars) or
+  ``log10_usd_per_call`` (bounds and values on log10 cost).  Measured on RouterBench-partial, the
+  log scale over-penalises the good cheap models against the cheapest ones and under-penalises
+  GPT-4 in dollar terms: PROTEUS paid ~3x CARROT-Balanced's cost for the same accuracy;
 - percentiles 5 and 95 of the costs seen in a batch, EMA momentum 0.9 per batch;
-- c_hat = clip((log10 c - low) / (high - low), 0, 1).
+- c_hat = clip((f(c) - low) / (high - low), 0, 1) with f the identity or log10.
 The final bounds are stored in the artifact, so a live price at inference is normalised exactly as
 the training costs were; a price change in the proxy config moves c_hat without retraining.
 """
@@ -21,8 +23,12 @@ import numpy as np
 MIN_COST_USD = 1e-9
 
 
+SPACES = ("usd_per_call", "log10_usd_per_call")
+
+
 @dataclass
 class CostNormalizer:
+    space: str = "log10_usd_per_call"
     low: float = float("nan")
     high: float = float("nan")
     lower_percentile: float = 5.0
@@ -33,13 +39,17 @@ class CostNormalizer:
     def initialised(self) -> bool:
         return bool(np.isfinite(self.low) and np.isfinite(self.high))
 
-    @staticmethod
-    def to_log(costs_usd: Any) -> np.ndarray:
-        return np.log10(np.maximum(np.asarray(costs_usd, dtype=np.float64), MIN_COST_USD))
+    def __post_init__(self) -> None:
+        if self.space not in SPACES:
+            raise ValueError(f"cost_normalization.space must be one of {SPACES}; got {self.space!r}")
+
+    def transform(self, costs_usd: Any) -> np.ndarray:
+        costs = np.maximum(np.asarray(costs_usd, dtype=np.float64), MIN_COST_USD)
+        return np.log10(costs) if self.space == "log10_usd_per_call" else costs
 
     def update(self, costs_usd: Any) -> None:
         """EMA-update the bounds with one batch of observed per-call costs (NaN ignored)."""
-        logs = self.to_log(costs_usd)
+        logs = self.transform(costs_usd)
         logs = logs[np.isfinite(logs)]
         if logs.size == 0:
             return
@@ -53,18 +63,16 @@ class CostNormalizer:
     def normalize(self, costs_usd: Any) -> np.ndarray:
         if not self.initialised:
             raise RuntimeError("CostNormalizer used before any update(): bounds unknown")
-        span = max(self.high - self.low, 1e-6)
-        return np.clip((self.to_log(costs_usd) - self.low) / span, 0.0, 1.0).astype(np.float32)
+        span = max(self.high - self.low, 1e-12)
+        return np.clip((self.transform(costs_usd) - self.low) / span, 0.0, 1.0).astype(np.float32)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"space": "log10_usd_per_call", **asdict(self)}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostNormalizer":
-        if data.get("space") != "log10_usd_per_call":
-            raise ValueError(f"cost_normalization.space must be 'log10_usd_per_call', got {data.get('space')!r}")
         fields = {k: float(v) for k, v in data.items() if k != "space"}
-        norm = cls(**fields)
+        norm = cls(space=data.get("space"), **fields)  # type: ignore[arg-type]
         if not norm.initialised:
             raise ValueError("cost_normalization.low/high must be finite numbers")
         return norm

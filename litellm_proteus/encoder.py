@@ -18,6 +18,11 @@ Speed options (all off by default, so default embeddings are unchanged; ``proteu
   (CUDA only), ``auto`` = fp16 on CUDA, fp32 on CPU.  Pooling always runs in fp32.
 - ``quantize="int8"``: dynamic int8 on every ``nn.Linear`` (per-channel weights; CPU only).  It moves
   embeddings measurably (cosine ~0.98 to fp32 on MiniLM), so check routing quality before using it.
+- ``backend``: ``hf`` runs the transformers module; ``fused`` runs a compact re-implementation of
+  BERT-family encoders (one QKV matmul per layer, PyTorch SDPA, no mask work for unpadded batches)
+  on the same weights: embeddings equal ``hf`` within ~1e-5 (checked on a probe batch at load);
+  ``auto`` = ``fused`` where the architecture is supported and the probe agrees, else ``hf``.
+  Fine-tuning (``encode_tensor``) always uses the transformers module.
 - Long prompts are tokenised only inside a character window around the kept end (head and/or tail)
   when the window provably holds enough tokens; the ids are the same as tokenising the whole text.
 """
@@ -42,6 +47,9 @@ Truncation = Literal["head", "tail", "head_tail"]
 TRUNCATIONS: tuple[str, ...] = ("head", "tail", "head_tail")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
 QUANTIZATIONS: tuple[str | None, ...] = (None, "none", "int8")
+BACKENDS: tuple[str, ...] = ("auto", "hf", "fused")
+# Largest |hf - fused| on the load-time probe (hidden states) for the fused backend to be used.
+FUSED_PROBE_TOLERANCE = 1e-4
 # Long prompts are tokenised in a window of this many characters per kept token (English averages
 # ~4-5 characters per WordPiece token); a window that yields too few tokens falls back to the full text.
 WINDOW_CHARS_PER_TOKEN = 8
@@ -49,6 +57,11 @@ WINDOW_CHARS_PER_TOKEN = 8
 # only pre-tokenizers that merge across spaces could differ there, and those tokens are dropped.
 WINDOW_SLACK_TOKENS = 8
 _WHITESPACE = re.compile(r"\s")
+# On CPU compute grows with padded tokens and a forward pass has little fixed cost, so a sorted
+# batch is cut where the longest row would exceed this multiple of the shortest (+8 tokens): a mixed
+# micro-batch of short and long prompts no longer pads every short one to the longest.  On CUDA one
+# wide batch beats several narrow ones, so only ``batch_size`` cuts there.
+BUCKET_RATIO = 1.5
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -85,6 +98,11 @@ def resolve_precision(precision: str, device: str) -> str:
         return "fp16" if on_cuda else "fp32"
     if precision == "fp16" and not on_cuda:
         raise ValueError("precision 'fp16' needs device 'cuda' (CPU fp16 kernels are slow); use 'bf16' or 'fp32' on CPU")
+    if precision == "bf16" and not on_cuda:
+        import torch
+
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX): precision 'bf16' will be slower than fp32")
     return precision
 
 
@@ -98,6 +116,99 @@ def quantize_int8(model):
     with warnings.catch_warnings():  # torch.ao announces a move to torchao; the API still works
         warnings.simplefilter("ignore")
         return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=False)
+
+
+_FUSED_CLASSES: dict[str, type] = {}
+
+
+def _fused_classes() -> tuple[type, type]:
+    """The fused BERT modules, defined on first use so importing this module does not import torch."""
+    if not _FUSED_CLASSES:
+        import torch
+        from torch import nn
+        from torch.nn import functional as F
+
+        class FusedBertLayer(nn.Module):
+            def __init__(self, layer, heads: int, approximate: str):
+                super().__init__()
+                att = layer.attention
+                q, k, v = att.self.query, att.self.key, att.self.value
+                self.qkv = nn.Linear(q.in_features, 3 * q.out_features, dtype=q.weight.dtype, device=q.weight.device)
+                with torch.no_grad():
+                    self.qkv.weight.copy_(torch.cat([q.weight, k.weight, v.weight], 0))
+                    self.qkv.bias.copy_(torch.cat([q.bias, k.bias, v.bias], 0))
+                self.out, self.ln1 = att.output.dense, att.output.LayerNorm  # shared with the HF module
+                self.ffn1, self.ffn2, self.ln2 = layer.intermediate.dense, layer.output.dense, layer.output.LayerNorm
+                self.heads, self.approximate = heads, approximate
+
+            def forward(self, x, mask):
+                b, n, h = x.shape
+                q, k, v = self.qkv(x).view(b, n, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, n, h)))
+                return self.ln2(x + self.ffn2(F.gelu(self.ffn1(x), approximate=self.approximate)))
+
+        class FusedBert(nn.Module):
+            """BERT encoder forward on the weights of a transformers ``BertModel`` (absolute positions,
+            token type 0, right padding): returns the last hidden state [B, L, H]."""
+
+            def __init__(self, hf_model):
+                super().__init__()
+                emb, cfg = hf_model.embeddings, hf_model.config
+                approximate = "none" if cfg.hidden_act == "gelu" else "tanh"
+                self.word, self.ln = emb.word_embeddings, emb.LayerNorm
+                with torch.no_grad():
+                    pos_type = emb.position_embeddings.weight + emb.token_type_embeddings.weight[0]
+                self.register_buffer("pos_type", pos_type.detach().clone(), persistent=False)
+                self.layers = nn.ModuleList(
+                    FusedBertLayer(layer, cfg.num_attention_heads, approximate) for layer in hf_model.encoder.layer
+                )
+
+            def forward(self, input_ids, attention_mask=None):
+                x = self.ln(self.word(input_ids) + self.pos_type[: input_ids.shape[1]])
+                mask = None if attention_mask is None else (attention_mask[:, None, None, :] > 0)
+                for layer in self.layers:
+                    x = layer(x, mask)
+                return x
+
+        _FUSED_CLASSES.update(layer=FusedBertLayer, model=FusedBert)
+    return _FUSED_CLASSES["layer"], _FUSED_CLASSES["model"]
+
+
+def fused_supported(hf_model) -> str | None:
+    """None when ``hf_model`` fits the fused BERT forward, else the reason it does not."""
+    cfg = hf_model.config
+    checks = {
+        "model_type": (getattr(cfg, "model_type", None), ("bert",)),
+        "position_embedding_type": (getattr(cfg, "position_embedding_type", "absolute"), ("absolute",)),
+        "hidden_act": (getattr(cfg, "hidden_act", None), ("gelu", "gelu_new", "gelu_pytorch_tanh")),
+        "is_decoder": (getattr(cfg, "is_decoder", False), (False,)),
+    }
+    for field, (value, allowed) in checks.items():
+        if value not in allowed:
+            return f"config.{field}={value!r} (fused supports {allowed})"
+    return None
+
+
+def build_fused_bert(hf_model):
+    """A FusedBert sharing ``hf_model``'s weights (plus one concatenated QKV matrix per layer)."""
+    _, fused_cls = _fused_classes()
+    return fused_cls(hf_model).eval()
+
+
+def fused_probe_error(hf_model, fused, device: str) -> float:
+    """Largest |hf - fused| over the valid positions of a small padded probe batch."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, min(20000, hf_model.config.vocab_size), (3, 24), generator=generator).to(device)
+    mask = torch.ones_like(ids)
+    mask[1, 16:] = 0
+    mask[2, 5:] = 0
+    with torch.inference_mode():
+        ref = hf_model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+        out = fused(ids, mask).float()
+    return float((ref - out)[mask.bool()].abs().max())
 
 
 class MemoryLRU:
@@ -186,6 +297,7 @@ class TextEncoder:
         precision: str = "fp32",
         quantize: str | None = None,
         memory_cache: int = 0,
+        backend: str = "hf",
     ):
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation must be one of {TRUNCATIONS}; got {truncation!r}")
@@ -195,6 +307,8 @@ class TextEncoder:
             raise ValueError(f"quantize must be one of {QUANTIZATIONS}; got {quantize!r}")
         if memory_cache < 0:
             raise ValueError(f"memory_cache must be >= 0 (0 = off); got {memory_cache}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         from transformers import AutoModel, AutoTokenizer
@@ -210,17 +324,42 @@ class TextEncoder:
         self.model = AutoModel.from_pretrained(path, local_files_only=local).to(self.device).eval()
         self.precision = resolve_precision(precision, self.device)
         self.quantize = None if quantize in (None, "none") else quantize
-        if self.quantize == "int8":
-            if self.device != "cpu" or self.precision != "fp32":
-                raise ValueError("quantize 'int8' needs device 'cpu' and precision 'fp32'")
-            self.model = quantize_int8(self.model)
-        elif self.precision != "fp32":
-            self.model = self.model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[self.precision])
+        if self.quantize == "int8" and (self.device != "cpu" or self.precision != "fp32"):
+            raise ValueError("quantize 'int8' needs device 'cpu' and precision 'fp32'")
+        self.backend = self._resolve_backend(backend)
+        self._runner = self._build_runner()
+        self._runner_stale = False
         self.memory = MemoryLRU(memory_cache) if memory_cache else None
         self.embed_dim = int(self.model.config.hidden_size)
         self._prefix, self._suffix = self._special_template()
         self._torch = torch
         self.cache = EmbeddingCache(cache_dir, self.fingerprint) if cache_dir else None
+
+    def _build_runner(self):
+        """The inference module: ``self.model`` (transformers; kept for fine-tuning and saving) or a
+        fused view of it, then quantised or cast.  Rebuilt after fine-tuning (the fused QKV is a copy)."""
+        import torch
+
+        runner = build_fused_bert(self.model) if self.backend == "fused" else self.model
+        if self.quantize == "int8":
+            return quantize_int8(runner)
+        if self.precision != "fp32":
+            return runner.to({"bf16": torch.bfloat16, "fp16": torch.float16}[self.precision])
+        return runner
+
+    def _resolve_backend(self, backend: str) -> str:
+        if backend == "hf":
+            return "hf"
+        reason = fused_supported(self.model)
+        if reason is None:
+            error = fused_probe_error(self.model, build_fused_bert(self.model), self.device)
+            if error > FUSED_PROBE_TOLERANCE:
+                reason = f"fused forward differs from transformers by {error:.2e} on the probe batch"
+        if reason is None:
+            return "fused"
+        if backend == "fused":
+            raise ValueError(f"backend 'fused' cannot run encoder {self.name!r}: {reason}; use backend 'hf' or 'auto'")
+        return "hf"
 
     @property
     def fingerprint(self) -> str:
@@ -299,7 +438,7 @@ class TextEncoder:
                 out[i] = self._truncate(seq, budget)
         return out  # type: ignore[return-value]
 
-    def _forward(self, id_lists: list[list[int]]):
+    def _forward(self, id_lists: list[list[int]], *, inference: bool = False):
         torch = self._torch
         batch = [self._prefix + s + self._suffix for s in id_lists]
         width = max(len(s) for s in batch)
@@ -310,14 +449,37 @@ class TextEncoder:
             input_ids[row, : len(seq)] = torch.tensor(seq)
             attention[row, : len(seq)] = 1
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        hidden = self.model(input_ids=input_ids, attention_mask=attention).last_hidden_state.float()
+        if inference and self.backend == "fused":
+            padded = any(len(s) != width for s in batch)  # unpadded batches skip attention masking
+            hidden = self._runner(input_ids, attention if padded else None).float()
+        else:
+            model = self._runner if inference else self.model
+            hidden = model(input_ids=input_ids, attention_mask=attention).last_hidden_state.float()
         mask = attention.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return torch.nn.functional.normalize(pooled, dim=-1)
 
     def encode_tensor(self, texts: Sequence[str]):
         """Differentiable path (used by --finetune-encoder): a torch tensor on ``self.device``."""
+        self._runner_stale = self._runner is not self.model  # weights may change: rebuild before inference
         return self._forward(self._token_ids(texts))
+
+    def _buckets(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of ``order`` (sorted by length) forming the forward batches."""
+        by_length = not self.device.startswith("cuda")
+        chunks: list[list[int]] = []
+        current: list[int] = []
+        for j in order:
+            if current and (
+                len(current) == self.batch_size
+                or (by_length and lengths[j] > BUCKET_RATIO * lengths[current[0]] + 8)
+            ):
+                chunks.append(current)
+                current = []
+            current.append(j)
+        if current:
+            chunks.append(current)
+        return chunks
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Embed texts (cached when a cache_dir was given); float32 [N, D], input order."""
@@ -341,6 +503,8 @@ class TextEncoder:
             if k in cached:
                 result[i] = cached[k]
         if todo:
+            if self._runner_stale:
+                self._runner, self._runner_stale = self._build_runner(), False
             ids = self._token_ids([texts[i] for i in todo])
             order = sorted(range(len(todo)), key=lambda j: len(ids[j]))
             bar = None
@@ -349,9 +513,8 @@ class TextEncoder:
 
                 bar = tqdm(total=len(todo), desc=f"encoding ({self.name})", unit="prompt")
             with self._torch.inference_mode():
-                for start in range(0, len(order), self.batch_size):
-                    chunk = order[start : start + self.batch_size]
-                    vecs = self._forward([ids[j] for j in chunk]).float().cpu().numpy()
+                for chunk in self._buckets(order, [len(seq) for seq in ids]):
+                    vecs = self._forward([ids[j] for j in chunk], inference=True).float().cpu().numpy()
                     for j, vec in zip(chunk, vecs):
                         result[todo[j]] = vec
                     if self.cache:

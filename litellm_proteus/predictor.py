@@ -65,15 +65,17 @@ class ProteusPredictor:
         encoder_cache_dir: str | None = None,
         precision: str = "fp32",
         quantize: str | None = None,
-        memory_cache: int = 0,
+        memory_cache: int = 1024,
         threads: int | None = None,
+        backend: str = "auto",
         max_tokens: int | None = None,
         truncation: str | None = None,
     ):
-        """Speed options (see ``encoder.py``; the defaults reproduce training-time embeddings):
-        ``precision`` fp32|bf16|fp16|auto, ``quantize`` None|"int8", ``memory_cache`` = LRU entries
-        (exact), ``threads`` = torch intra-op threads (process-wide; one per core the router may use),
-        ``max_tokens``/``truncation`` override the artifact's length policy (changes embeddings)."""
+        """Speed options (see ``encoder.py``; the defaults reproduce training-time embeddings to
+        ~1e-7): ``backend`` auto|hf|fused, ``memory_cache`` = in-process LRU entries (exact; 0 = off),
+        ``precision`` fp32|bf16|fp16|auto, ``quantize`` None|"int8" (both move embeddings: evaluate
+        first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
+        override the artifact's length policy (changes embeddings)."""
         import torch
 
         from .encoder import TextEncoder, resolve_device
@@ -96,6 +98,7 @@ class ProteusPredictor:
             precision=precision,
             quantize=quantize,
             memory_cache=memory_cache,
+            backend=backend,
         )
         if self.encoder.embed_dim != spec.embed_dim:
             raise ValueError(

@@ -4,6 +4,16 @@ import pytest
 from litellm_proteus.costs import CostNormalizer
 
 
+def test_linear_space_is_dollars():
+    norm = CostNormalizer(space="usd_per_call")
+    norm.update(np.linspace(0.0, 1e-2, 101))
+    assert norm.low == pytest.approx(5e-4) and norm.high == pytest.approx(9.5e-3)
+    assert norm.normalize([5e-3])[0] == pytest.approx((5e-3 - 5e-4) / 9e-3, rel=1e-5)
+    assert CostNormalizer.from_dict(norm.to_dict()).space == "usd_per_call"
+    with pytest.raises(ValueError, match="space"):
+        CostNormalizer(space="eur")
+
+
 def test_first_update_sets_percentile_bounds_in_log_space():
     norm = CostNormalizer()
     costs = np.logspace(-5, -2, 101)  # log10 from -5 to -2, evenly

@@ -107,3 +107,32 @@ def test_bf16_and_int8_stay_close(prompts, reference):
 def test_bad_options_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TextEncoder(device="cpu", **kwargs)
+
+
+def test_cpu_batches_are_bucketed_by_length(hf_encoder, monkeypatch, prompts, reference):
+    lengths = [10, 12, 40, 41, 300, 301]
+    assert hf_encoder._buckets(list(range(6)), lengths) == [[0, 1], [2, 3], [4, 5]]
+    monkeypatch.setattr(hf_encoder, "batch_size", 2)
+    assert hf_encoder._buckets([0, 1, 2], [10, 10, 10]) == [[0, 1], [2]]
+    monkeypatch.setattr(hf_encoder, "batch_size", 32)
+    monkeypatch.setattr(hf_encoder, "device", "cuda")  # only the bucketing rule reads it here
+    assert hf_encoder._buckets(list(range(6)), lengths) == [list(range(6))]
+    monkeypatch.undo()
+    mixed = [p[:40] for p in prompts[:6]] + prompts[6:12]  # short and long in one call: several buckets
+    expected = np.concatenate([TextEncoder.encode(hf_encoder, [p]) for p in mixed])
+    assert np.abs(hf_encoder.encode(mixed) - expected).max() < 1e-5
+
+
+def test_fused_runner_follows_fine_tuning(prompts):
+    import torch
+
+    encoder = TextEncoder(device="cpu", backend="fused")
+    before = encoder.encode(prompts[:2])
+    encoder.encode_tensor(prompts[:1])  # the fine-tuning path marks the fused copy stale
+    with torch.no_grad():
+        encoder.model.encoder.layer[0].attention.self.query.weight.mul_(1.5)  # an "optimizer step"
+    after = encoder.encode(prompts[:2])
+    reference = TextEncoder(device="cpu", backend="hf")
+    reference.model.load_state_dict(encoder.model.state_dict())
+    expected = reference.encode(prompts[:2])
+    assert np.abs(after - expected).max() < 1e-5 and np.abs(after - before).max() > 1e-3

@@ -1,0 +1,99 @@
+"""``proteus bench`` at tiny settings: the JSON schema (never the timings)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from litellm_proteus.cli import main
+
+TABLE3_KEYS = {"batch", "tokens", "p50_ms", "p95_ms", "p99_ms", "qps"}
+CONCURRENCY_KEYS = {"callers", "p50_ms", "p99_ms", "qps"}
+PROXY_KEYS = {"p50_ratio", "p99_ratio", "proteus_p50_ms", "shuffle_p50_ms"}
+
+
+def positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def check_common(result: dict, batches: list[int], tokens: list[int], callers: list[int]) -> None:
+    assert isinstance(result["device"], str) and result["device"].startswith("cpu")
+    assert {(r["batch"], r["tokens"]) for r in result["table3"]} == {(b, t) for b in batches for t in tokens}
+    for row in result["table3"]:
+        assert TABLE3_KEYS <= set(row)
+        assert all(positive(row[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "qps"))
+        assert row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+    assert [r["callers"] for r in result["concurrency"]] == callers
+    for row in result["concurrency"]:
+        assert CONCURRENCY_KEYS <= set(row) and all(positive(row[k]) for k in CONCURRENCY_KEYS)
+        assert 1 <= row["mean_batch"] <= row["callers"]
+    assert positive(result["rss_mb"])
+    assert positive(result["cache_hit"]["p50_ms"])
+
+
+def test_quick_bench_without_proxy(make_artifact, tmp_path, capsys):
+    artifact = make_artifact()
+    out = tmp_path / "out"
+    code = main(["bench", "--artifact", str(artifact), "--out", str(out), "--quick", "--skip-proxy", "--data", "none",
+                 "--device", "cpu", "--batches", "1,2", "--callers", "1,3"])
+    assert code == 0
+    result = json.loads((out / "bench.json").read_text())
+    check_common(result, [1, 2], [32, 128], [1, 3])
+    assert result["proxy"] is None and result["rss_source"] == "bench process"
+    assert result["prompts_source"].startswith("bundled")
+    assert result["settings"]["backend"] == "fused" and result["settings"]["precision"] == "fp32"
+    printed = capsys.readouterr().out
+    assert "decision latency (table 3)" in printed and "through the micro-batcher" in printed
+
+
+def test_reference_comparison_reports_quality(make_artifact, tmp_path):
+    out = tmp_path / "out"
+    code = main(["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--skip-proxy",
+                 "--skip-concurrency", "--data", "none", "--device", "cpu", "--batches", "1", "--tokens", "32",
+                 "--precision", "bf16", "--compare-reference"])
+    assert code == 0
+    result = json.loads((out / "bench.json").read_text())
+    quality = result["quality"]
+    assert quality["same_as_reference"] is False and quality["n_prompts"] >= 16
+    assert 0.99 < quality["cosine_mean"] <= 1.0001 and 0.0 <= quality["decision_agreement"] <= 1.0
+    assert result["concurrency"] == [] and result["settings"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batches", "1,x"], "--batches takes comma-separated positive integers"),
+        (["--tokens", "0"], "--tokens takes comma-separated positive integers"),
+        (["--precision", "fp8"], "invalid choice: 'fp8'"),
+    ],
+)
+def test_bad_flags_name_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_missing_artifact_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["bench", "--artifact", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--quick", "--skip-proxy"])
+
+
+@pytest.mark.e2e
+def test_quick_bench_through_real_proxies(make_artifact, tmp_path):
+    """Mock upstream + two real ``litellm --config`` proxies (proteus, simple-shuffle) on loopback."""
+    out = tmp_path / "out"
+    code = main(["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--data", "none",
+                 "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "2", "--threads", "1"])
+    assert code == 0
+    result = json.loads((out / "bench.json").read_text())
+    check_common(result, [1], [32], [2])
+    proxy = result["proxy"]
+    assert PROXY_KEYS <= set(proxy) and all(positive(proxy[k]) for k in PROXY_KEYS)
+    assert proxy["requests"] == {"shuffle": 8, "proteus": 8} and proxy["errors"] == {"shuffle": 0, "proteus": 0}
+    # every request was answered by the mock upstream, so neither p50 can beat its delay
+    assert proxy["proteus_p50_ms"] >= proxy["upstream_delay_ms"] and proxy["shuffle_p50_ms"] >= proxy["upstream_delay_ms"]
+    assert result["rss_source"] == "proteus proxy worker" and result["rss_mb"] > 100
+    log = (out / "proxy" / "proxy-proteus.log").read_text()
+    assert '"tau_source"' in log or "proteus" in log  # the PROTEUS proxy logged its decisions

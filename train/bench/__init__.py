@@ -1,0 +1,1 @@
+"""``proteus bench``: decision latency, micro-batcher throughput, proxy overhead and memory."""
