@@ -1,7 +1,7 @@
 """Send the accuracy target tau with each request, using the plain OpenAI SDK.
 
     # with the proxy from config.example.yaml running on 127.0.0.1:4000:
-    python examples/client_tau.py "Prove that sqrt(2) is irrational." --tau 0.79 0.83 0.86
+    python examples/client_tau.py "Prove that sqrt(2) is irrational." --tau 0.79 0.82 0.85
 
 tau travels in the request's ``metadata`` (``extra_body`` keeps the SDK from type-checking it; a
 numeric string such as ``metadata={"tau": "0.9"}`` in the SDK's own ``metadata`` argument works
@@ -19,7 +19,7 @@ from openai import OpenAI
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prompt")
-    parser.add_argument("--tau", type=float, nargs="+", default=[0.79, 0.83, 0.86])
+    parser.add_argument("--tau", type=float, nargs="+", default=[0.79, 0.82, 0.85])
     parser.add_argument("--base-url", default=os.environ.get("PROTEUS_PROXY_URL", "http://127.0.0.1:4000"))
     parser.add_argument("--api-key", default=os.environ.get("LITELLM_MASTER_KEY"), help="default: $LITELLM_MASTER_KEY")
     parser.add_argument("--model", default="proteus-auto")

@@ -12,7 +12,7 @@ runtime settings updates reach it the same way::
         predictor_options: {}     # passed to ProteusPredictor (threads, precision, memory_cache ...)
         groups: [proteus-auto]    # model_names routed by PROTEUS; other groups keep LiteLLM's strategy
         default_tier: standard
-        tiers: {premium: 0.86, standard: 0.83, economy: 0.79}
+        tiers: {premium: 0.85, standard: 0.82, economy: 0.79}
         allow_raise: {premium: true}   # may a request ask for a tau above its tier's? (default: no)
         redis: {url: redis://127.0.0.1:6379/0, timeout_ms: 50}
         batching: {max_batch: 32, max_wait_ms: 2}
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
-DEFAULT_TIERS: dict[str, float] = {"premium": 0.86, "standard": 0.83, "economy": 0.79}
+DEFAULT_TIERS: dict[str, float] = {"premium": 0.85, "standard": 0.82, "economy": 0.79}
 
 
 class ProteusConfigError(ValueError):
