@@ -498,10 +498,14 @@ class TextEncoder:
                 for key, vec in on_disk.items():
                     self.memory.put(key, vec)
             cached.update(on_disk)
-        todo = [i for i, k in enumerate(keys) if k not in cached]
+        # Each distinct text is encoded once: duplicates then share one vector exactly, as they do
+        # when read back from the cache (encoding them in different batches differs at ~1e-7,
+        # which made cold- and warm-cache training runs diverge).
+        first_row: dict[str, int] = {}
         for i, k in enumerate(keys):
-            if k in cached:
-                result[i] = cached[k]
+            if k not in cached:
+                first_row.setdefault(k, i)
+        todo = list(first_row.values())
         if todo:
             if self._runner_stale:
                 self._runner, self._runner_stale = self._build_runner(), False
@@ -516,7 +520,7 @@ class TextEncoder:
                 for chunk in self._buckets(order, [len(seq) for seq in ids]):
                     vecs = self._forward([ids[j] for j in chunk], inference=True).float().cpu().numpy()
                     for j, vec in zip(chunk, vecs):
-                        result[todo[j]] = vec
+                        cached[keys[todo[j]]] = vec
                     if self.cache:
                         self.cache.put_many((keys[todo[j]], vec) for j, vec in zip(chunk, vecs))
                     if self.memory is not None:
@@ -526,4 +530,6 @@ class TextEncoder:
                         bar.update(len(chunk))
             if bar:
                 bar.close()
+        for i, k in enumerate(keys):
+            result[i] = cached[k]
         return result

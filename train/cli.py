@@ -25,6 +25,8 @@ HELP = {
     "session_batches": "batches per tau session (one tau per session)",
     "tau_below_best": "derived tau range starts this far below the best single model's validation accuracy",
     "calibration_margin": "validation accuracy must exceed the requested tau by this much",
+    "prices": "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)",
+    "skip_contaminated": "RouteLLM logs: drop prompts listed in contaminated_prompts.jsonl",
     "truncation": "which tokens of long prompts the encoder keeps: tail, head, head_tail",
 }
 

@@ -47,6 +47,7 @@ from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.encoder import DEFAULT_ENCODER, TextEncoder, resolve_device
 from litellm_proteus.model import INFERENCE_LAMBDA, ModelConfig, ProteusModel, routing_scores
 
+from .data import read_price_file
 from .data.logs import RoutingLog
 from .routing import fill_missing_costs
 
@@ -60,6 +61,8 @@ class TrainConfig:
     # data
     data: list[str] = field(default_factory=list)
     format: str = "auto"
+    prices: str | None = None  # JSON/YAML price table (USD per 1M tokens) for logs without costs
+    skip_contaminated: bool = False  # RouteLLM: drop prompts listed in contaminated_prompts.jsonl
     seed: int = 0
     # encoder
     encoder: str = DEFAULT_ENCODER
@@ -124,9 +127,15 @@ class TrainConfig:
 # data
 # --------------------------------------------------------------------------------------------
 def load_training_data(config: TrainConfig) -> RoutingLog:
-    from .data import assign_splits, load_logs
+    from .data import assign_splits, load_logs, read_price_file
 
-    data = load_logs(config.data, format=config.format, seed=config.seed)
+    data = load_logs(
+        config.data,
+        format=config.format,
+        prices=read_price_file(config.prices),
+        seed=config.seed,
+        skip_contaminated=config.skip_contaminated,
+    )
     return assign_splits(data, seed=config.seed)
 
 
@@ -706,6 +715,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
             split={k: int(len(v)) for k, v in parts.items()},
             split_method=data.split_method,
             split_seed=config.seed,
+            prices=read_price_file(config.prices),
+            skip_contaminated=config.skip_contaminated,
         ),
         metrics={
             "val_bce": round(val_bce, 5),

@@ -61,3 +61,9 @@ def test_bad_options_name_the_field():
         TextEncoder(truncation="middle")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="device"):
         resolve_device("tpu")
+
+
+def test_duplicate_texts_are_encoded_once_and_share_one_vector(encoder):
+    texts = ["same prompt", "other", "a much longer prompt " * 5, "same prompt"]
+    vecs = encoder.encode(texts)
+    assert np.array_equal(vecs[0], vecs[3])

@@ -99,3 +99,19 @@ def test_help_lists_the_paper_flags():
     assert done.returncode == 0
     for flag in ("--no-lambda", "--fixed-gamma", "--no-critic", "--dual-lr", "--session-batches", "--tau-range", "--encoder", "--finetune-encoder"):
         assert flag in done.stdout
+
+
+def test_logs_without_costs_train_with_a_user_price_table(tmp_path):
+    rows = [{"prompt": f"Question {i}: what is {i} times {i + 1}?", "model-a": bool(i % 3), "model-b": bool(i % 2)}
+            for i in range(120)]
+    pd.DataFrame(rows).to_csv(tmp_path / "evals.csv", index=False)
+    missing = subprocess.run(
+        [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(tmp_path / "evals.csv"), "--out",
+         str(tmp_path / "x"), "--format", "routellm", "--steps", "5"], capture_output=True, text=True, timeout=300,
+    )
+    assert missing.returncode != 0 and "model-a" in missing.stderr  # no price: the model is named
+    (tmp_path / "prices.yaml").write_text("model-a: [10.0, 30.0]\nmodel-b: [0.6, 0.6]\n")
+    run_train(tmp_path / "evals.csv", tmp_path / "out", "--format", "routellm", "--prices", str(tmp_path / "prices.yaml"))
+    _, manifest = load_artifact(tmp_path / "out")
+    assert manifest.models == ["model-a", "model-b"]
+    assert manifest.data.model_extra["prices"] == {"model-a": [10.0, 30.0], "model-b": [0.6, 0.6]}

@@ -8,10 +8,10 @@ The trainer and eval use exactly ``load_logs(paths, format=..., prices=..., seed
 from .common import RoutingLogWarning, estimate_tokens, prompt_text
 from .load import detect_format, load_logs
 from .logs import SPLITS, RoutingLog
-from .prices import DEFAULT_PRICES
+from .prices import DEFAULT_PRICES, read_price_file
 from .splits import assign_splits
 
 __all__ = [
     "DEFAULT_PRICES", "SPLITS", "RoutingLog", "RoutingLogWarning", "assign_splits", "detect_format",
-    "estimate_tokens", "load_logs", "prompt_text",
+    "estimate_tokens", "load_logs", "prompt_text", "read_price_file",
 ]

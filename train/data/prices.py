@@ -80,3 +80,21 @@ def lookup(table: Mapping[str, PricePair], models: list[str], where: str) -> lis
             f"output_usd_per_1M)}}) (known models: {sorted(table)})"
         )
     return [table[m] for m in models]
+
+
+def read_price_file(path: str | None) -> dict[str, Any] | None:
+    """A user's price table: JSON or YAML mapping model -> [input, output] USD per 1M tokens (or
+    {"input": .., "output": ..}); ``None`` -> None (defaults only)."""
+    if not path:
+        return None
+    import json
+
+    import yaml
+
+    text = open(path, encoding="utf-8").read()
+    table = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: a price table maps model names to [input, output] USD per 1M tokens")
+    for model, value in table.items():
+        _pair(str(model), value)  # validates, naming the model
+    return table

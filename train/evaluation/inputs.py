@@ -91,7 +91,9 @@ def load_split_log(manifest: Manifest, data: list[str] | None, data_format: str 
     config = manifest.training.get("config", {}) if isinstance(manifest.training, dict) else {}
     fmt = data_format or config.get("format") or "auto"
     seed = record.split_seed if record.split_seed is not None else int(config.get("seed", 0))
-    log = load_logs(paths, format=fmt, seed=seed)
+    extra = record.model_extra or {}
+    log = load_logs(paths, format=fmt, seed=seed, prices=extra.get("prices"),
+                    skip_contaminated=bool(extra.get("skip_contaminated", False)))
     if record.sha256 and record.sha256 not in (log.sha256, log.content_hash()):
         _warn(notes, f"the evaluation data's hash differs from the artifact's manifest.data.sha256 ({record.sha256[:12]}...): "
               "the test split may overlap the rows the artifact was trained on")
