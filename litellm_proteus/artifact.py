@@ -137,7 +137,9 @@ def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Pa
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "proteus", "format_version": str(FORMAT_VERSION)})
+    # One metadata key: safetensors writes metadata in hash-map order, and with two keys identical
+    # weights got different bytes (and weights_sha256) from run to run.
+    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": f"proteus-v{FORMAT_VERSION}"})
     manifest = manifest.model_copy(update={"weights_sha256": file_sha256(out / WEIGHTS_FILE)})
     (out / MANIFEST_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
     return out

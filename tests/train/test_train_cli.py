@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from litellm_proteus.artifact import load_artifact
 
@@ -74,7 +75,11 @@ def test_training_is_deterministic_for_a_seed(trained):
     run_train(data, base / "b", "--seed", "3")
     first = json.loads((base / "a" / "manifest.json").read_text())
     second = json.loads((base / "b" / "manifest.json").read_text())
-    assert first["weights_sha256"] == second["weights_sha256"]
+    (model_a, _), (model_b, _) = load_artifact(base / "a"), load_artifact(base / "b")
+    for name, tensor in model_a.state_dict().items():
+        assert torch.equal(tensor, model_b.state_dict()[name]), name
+    assert first["weights_sha256"] == second["weights_sha256"]  # byte-identical files too
+    assert first["calibration"] == second["calibration"] and first["tau_range"] == second["tau_range"]
 
 
 def test_ablation_flags_reach_the_artifact(trained):
@@ -115,3 +120,20 @@ def test_logs_without_costs_train_with_a_user_price_table(tmp_path):
     _, manifest = load_artifact(tmp_path / "out")
     assert manifest.models == ["model-a", "model-b"]
     assert manifest.data.model_extra["prices"] == {"model-a": [10.0, 30.0], "model-b": [0.6, 0.6]}
+
+
+def test_finetune_encoder_ships_the_tuned_encoder_in_the_artifact(trained):
+    from litellm_proteus.predictor import Candidate, ProteusPredictor
+
+    base, data, _ = trained
+    run_train(data, base / "ft", "--finetune-encoder", "--finetune-epochs", "1")
+    _, manifest = load_artifact(base / "ft")
+    assert manifest.encoder.bundled and (base / "ft" / manifest.encoder.name / "config.json").is_file()
+    predictor = ProteusPredictor(base / "ft", device="cpu")
+    tuned = predictor.encoder.encode(["What is 3 plus 4? Answer with a number."])
+    from litellm_proteus.encoder import TextEncoder
+
+    frozen = TextEncoder(device="cpu").encode(["What is 3 plus 4? Answer with a number."])
+    assert not np.allclose(tuned, frozen, atol=1e-4)  # the weights really moved
+    decision = predictor.decide(["What is 3 plus 4?"], [0.8], [[Candidate(0, 1e-3), Candidate(2, 1e-5)]])[0]
+    assert decision.model in MODELS
