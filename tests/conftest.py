@@ -34,34 +34,47 @@ ROUTERBENCH_MODELS = [
 ]
 
 
+def random_artifact(models, *, seed: int = 0, **manifest_overrides):
+    """A randomly initialised but valid (model, manifest) pair, for tests that need weights, not skill."""
+    import torch
+
+    from litellm_proteus.artifact import EncoderSpec, Manifest
+    from litellm_proteus.costs import CostNormalizer
+    from litellm_proteus.model import ModelConfig, ProteusModel
+
+    models = list(models)
+    torch.manual_seed(seed)
+    config = ModelConfig(embed_dim=384, n_models=len(models))
+    norm = CostNormalizer()
+    norm.update([1e-5, 1e-2])
+    fields = dict(
+        models=models,
+        encoder=EncoderSpec(name="all-MiniLM-L6-v2", embed_dim=384),
+        architecture=config,
+        tau_range=(0.7, 0.9),
+        tau_train_range=(0.65, 0.95),
+        cost_normalization=norm.to_dict(),
+        avg_input_tokens={m: 400.0 for m in models},
+        avg_output_tokens={m: 100.0 for m in models},
+    )
+    fields.update(manifest_overrides)
+    return ProteusModel(config).eval(), Manifest(**fields)
+
+
+@pytest.fixture(scope="session")
+def build_random_artifact():
+    """``random_artifact`` as a fixture (test modules cannot import conftest under importlib mode)."""
+    return random_artifact
+
+
 @pytest.fixture
 def make_artifact(tmp_path):
-    """Factory: a randomly initialised but valid artifact (for tests that need weights, not skill)."""
+    """Factory: ``random_artifact`` saved to a directory."""
 
     def _make(models=None, *, seed: int = 0, directory: Path | None = None, **manifest_overrides) -> Path:
-        import torch
+        from litellm_proteus.artifact import save_artifact
 
-        from litellm_proteus.artifact import EncoderSpec, Manifest, save_artifact
-        from litellm_proteus.costs import CostNormalizer
-        from litellm_proteus.model import ModelConfig, ProteusModel
-
-        models = list(models or ROUTERBENCH_MODELS)
-        torch.manual_seed(seed)
-        config = ModelConfig(embed_dim=384, n_models=len(models))
-        norm = CostNormalizer()
-        norm.update([1e-5, 1e-2])
-        fields = dict(
-            models=models,
-            encoder=EncoderSpec(name="all-MiniLM-L6-v2", embed_dim=384),
-            architecture=config,
-            tau_range=(0.7, 0.9),
-            tau_train_range=(0.65, 0.95),
-            cost_normalization=norm.to_dict(),
-            avg_input_tokens={m: 400.0 for m in models},
-            avg_output_tokens={m: 100.0 for m in models},
-        )
-        fields.update(manifest_overrides)
-        out = directory or (tmp_path / f"artifact-{seed}")
-        return save_artifact(out, ProteusModel(config), Manifest(**fields))
+        model, manifest = random_artifact(models or ROUTERBENCH_MODELS, seed=seed, **manifest_overrides)
+        return save_artifact(directory or (tmp_path / f"artifact-{seed}"), model, manifest)
 
     return _make

@@ -9,9 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from litellm_proteus.artifact import EncoderSpec, Manifest
-from litellm_proteus.costs import CostNormalizer
-from litellm_proteus.model import ModelConfig, ProteusModel
 from train.evaluation.baselines import BASELINE_NAMES
 from train.evaluation.evaluate import (
     Curve,
@@ -30,31 +27,16 @@ ROUTER_KEYS = {"accuracy", "cost_per_1k", "oracle_gap_pp", "re", "rpi"}
 PER_TAU_KEYS = {"tau", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "cost_per_1k", "mu_mean", "meets_floor"}
 
 
-def in_memory_artifact(models: list[str], seed: int = 0) -> tuple[ProteusModel, Manifest]:
-    torch.manual_seed(seed)
-    config = ModelConfig(embed_dim=384, n_models=len(models))
-    norm = CostNormalizer()
-    norm.update([1e-5, 1e-2])
-    manifest = Manifest(
-        models=models,
-        encoder=EncoderSpec(name="all-MiniLM-L6-v2", embed_dim=384),
-        architecture=config,
-        tau_range=(0.6, 0.75),
-        tau_train_range=(0.55, 0.8),
-        cost_normalization=norm.to_dict(),
-    )
-    return ProteusModel(config).eval(), manifest
-
-
 @pytest.fixture(scope="module")
-def result(synth_splits):
+def result(synth_splits, build_random_artifact):
     from .conftest import SYNTH_MODELS
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # module-scoped: set up before the per-test autouse thread fixture
 
-    model, manifest = in_memory_artifact(SYNTH_MODELS)
-    other, other_manifest = in_memory_artifact(SYNTH_MODELS, seed=1)
+    ranges = dict(tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8))
+    model, manifest = build_random_artifact(SYNTH_MODELS, **ranges)
+    other, other_manifest = build_random_artifact(SYNTH_MODELS, seed=1, **ranges)
     train, val, test = synth_splits
     config = EvalConfig(seeds=2, bootstrap=200, dynamic_queries=300, dynamic_window=50)
     try:
@@ -169,12 +151,12 @@ def test_figures_are_written(result, tmp_path):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_two_model_pool(synth_splits):
+def test_two_model_pool(synth_splits, build_random_artifact):
     """RouteLLM's MMLU set has two models: every baseline and metric must cope with K = 2."""
     from train.evaluation.baselines import Split
 
     train, val, test = (Split(s.emb, s.scores[:, [1, 3]], s.costs[:, [1, 3]]) for s in synth_splits)
-    model, manifest = in_memory_artifact(["small", "huge"])
+    model, manifest = build_random_artifact(["small", "huge"], tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8))
     config = EvalConfig(seeds=1, bootstrap=50, dynamic_queries=100, dynamic_window=20)
     m = evaluate(model, manifest, train, val, test, config=config, encoder_ms=1.0).metrics
     assert set(m["routers"]) == {"PROTEUS", *BASELINE_NAMES}
