@@ -49,6 +49,7 @@ from litellm_proteus.model import INFERENCE_LAMBDA, ModelConfig, ProteusModel, r
 
 from .data import read_price_file
 from .data.logs import RoutingLog
+from .fitting import fit_early_stopping
 from .routing import fill_missing_costs
 
 log = logging.getLogger("proteus.train")
@@ -213,32 +214,22 @@ def fit_performance_head(
     generator: torch.Generator,
 ) -> float:
     """Train projection + performance head; keep the weights with the best validation loss."""
-    params = list(model.projection.parameters()) + list(model.performance_head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=config.perf_lr, weight_decay=config.perf_weight_decay)
-    best_loss, best_state, stale = math.inf, None, 0
-    n = len(emb_train)
-    for _epoch in range(config.perf_epochs):
-        model.train()
-        order = torch.randperm(n, generator=generator)
-        for start in range(0, n, config.perf_batch_size):
-            idx = order[start : start + config.perf_batch_size]
-            loss = masked_bce(model.performance_logits(model.embed(emb_train[idx])), y_train[idx])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        model.eval()
-        with torch.no_grad():
-            val_loss = float(masked_bce(model.performance_logits(model.embed(emb_val)), y_val))
-        if val_loss < best_loss - 1e-5:
-            best_loss, stale = val_loss, 0
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        else:
-            stale += 1
-            if stale >= config.perf_patience:
-                break
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return best_loss
+    return fit_early_stopping(
+        model,
+        lambda emb: model.performance_logits(model.embed(emb)),
+        masked_bce,
+        emb_train,
+        y_train,
+        emb_val,
+        y_val,
+        params=list(model.projection.parameters()) + list(model.performance_head.parameters()),
+        epochs=config.perf_epochs,
+        lr=config.perf_lr,
+        weight_decay=config.perf_weight_decay,
+        batch_size=config.perf_batch_size,
+        patience=config.perf_patience,
+        generator=generator,
+    )
 
 
 def out_of_fold_predictions(

@@ -35,7 +35,6 @@ reaches it, the knob with the best validation accuracy.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -45,6 +44,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..fitting import fit_early_stopping
 from .metrics import oracle_choice
 
 
@@ -114,32 +114,11 @@ class MLPTrainer:
     seed: int = 0
 
     def fit(self, net: nn.Module, loss_fn, x: np.ndarray, y: torch.Tensor, x_val: np.ndarray, y_val: torch.Tensor):
-        generator = torch.Generator().manual_seed(self.seed)
-        x_t, xv_t = torch.as_tensor(x), torch.as_tensor(x_val)
-        optimizer = torch.optim.AdamW(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        best, best_state, stale = math.inf, None, 0
-        for _ in range(self.epochs):
-            net.train()
-            order = torch.randperm(len(x_t), generator=generator)
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                loss = loss_fn(net(x_t[idx]), y[idx])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            net.eval()
-            with torch.no_grad():
-                val_loss = float(loss_fn(net(xv_t), y_val)) if len(xv_t) else float(loss)
-            if val_loss < best - 1e-5:
-                best, stale = val_loss, 0
-                best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-            else:
-                stale += 1
-                if stale >= self.patience:
-                    break
-        if best_state is not None:
-            net.load_state_dict(best_state)
-        net.eval()
+        fit_early_stopping(
+            net, net, loss_fn, torch.as_tensor(x), y, torch.as_tensor(x_val), y_val,
+            params=net.parameters(), epochs=self.epochs, lr=self.lr, weight_decay=self.weight_decay,
+            batch_size=self.batch_size, patience=self.patience, generator=torch.Generator().manual_seed(self.seed),
+        )
         return net
 
 

@@ -1,0 +1,56 @@
+"""The one supervised loop the trainer and the evaluation baselines share."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+
+def fit_early_stopping(
+    module: nn.Module,
+    forward: Callable[[torch.Tensor], torch.Tensor],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_val: torch.Tensor,
+    y_val: torch.Tensor,
+    *,
+    params: Iterable[nn.Parameter],
+    epochs: int,
+    lr: float,
+    weight_decay: float,
+    batch_size: int,
+    patience: int,
+    generator: torch.Generator,
+) -> float:
+    """Minibatch AdamW on ``loss_fn(forward(x), y)`` with early stopping on the validation loss;
+    ``module`` ends with the weights of the best epoch.  Returns that validation loss (with an empty
+    validation set, the last training batch's loss stands in)."""
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    best, best_state, stale = math.inf, None, 0
+    for _epoch in range(epochs):
+        module.train()
+        order = torch.randperm(len(x), generator=generator)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            loss = loss_fn(forward(x[idx]), y[idx])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        module.eval()
+        with torch.no_grad():
+            val_loss = float(loss_fn(forward(x_val), y_val)) if len(x_val) else float(loss)
+        if val_loss < best - 1e-5:
+            best, stale = val_loss, 0
+            best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        else:
+            stale += 1
+            if stale >= patience:
+                break
+    if best_state is not None:
+        module.load_state_dict(best_state)
+    module.eval()
+    return best
