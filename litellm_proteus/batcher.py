@@ -40,7 +40,7 @@ class MicroBatcher(Generic[T, R]):
         fn: Callable[[Sequence[T]], Sequence[R]],
         *,
         max_batch: int = 32,
-        max_wait_ms: float = 2.0,
+        max_wait_ms: float = 0.0,
         name: str = "proteus-batcher",
     ):
         if max_batch < 1:

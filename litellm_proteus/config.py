@@ -74,7 +74,13 @@ class BatchingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     max_batch: int = Field(32, ge=1, le=1024)
-    max_wait_ms: float = Field(2.0, ge=0, le=1000, description="how long the first request waits for company")
+    max_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="how long the first request waits for company; 0 = natural batching: a lone request runs at "
+        "once, and requests arriving during a forward pass form the next batch",
+    )
 
 
 class ProteusConfig(BaseModel):

@@ -14,14 +14,18 @@
 Speed options (all off by default, so default embeddings are unchanged; ``proteus bench`` measures them):
 - ``memory_cache=N``: an in-process LRU of the last N embeddings (exact: a repeated prompt costs a
   hash instead of a forward pass).
-- ``precision``: ``fp32`` (default), ``bf16`` (CPUs with AVX512-BF16/AMX, and GPUs), ``fp16``
-  (CUDA only), ``auto`` = fp16 on CUDA, fp32 on CPU.  Pooling always runs in fp32.
+- ``precision``: ``fp32`` (the encoder's default: training embeddings), ``bf16`` (CPUs with
+  AVX512-BF16/AMX, and GPUs), ``fp16`` (CUDA only), ``auto`` = fp16 on CUDA, bf16 on CPUs with native
+  bf16 instructions, else fp32 (the runtime default: on 2 Zen 4 cores a 128-token decision takes
+  14 ms instead of 25 ms, with embeddings at cosine 0.99995 to fp32).  Pooling always runs in fp32.
 - ``quantize="int8"``: dynamic int8 on every ``nn.Linear`` (per-channel weights; CPU only).  It moves
   embeddings measurably (cosine ~0.98 to fp32 on MiniLM), so check routing quality before using it.
 - ``backend``: ``hf`` runs the transformers module; ``fused`` runs a compact re-implementation of
   BERT-family encoders (one QKV matmul per layer, PyTorch SDPA, no mask work for unpadded batches)
   on the same weights: embeddings equal ``hf`` within ~1e-5 (checked on a probe batch at load);
   ``auto`` = ``fused`` where the architecture is supported and the probe agrees, else ``hf``.
+  In bf16/fp16, ``fused`` runs each layer as PyTorch's C++ encoder layer (the
+  ``nn.TransformerEncoderLayer`` fast path) when the same probe agrees: -13 % time per batch.
   Fine-tuning (``encode_tensor``) always uses the transformers module.
 - Long prompts are tokenised only inside a character window around the kept end (head and/or tail)
   when the window provably holds enough tokens; the ids are the same as tokenising the whole text.
@@ -89,20 +93,27 @@ def resolve_encoder_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU executes bf16 dot products natively (AVX512-BF16 or AMX tiles); without
+    them oneDNN emulates bf16 and it is no faster than fp32."""
+    import torch
+
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
 def resolve_precision(precision: str, device: str) -> str:
-    """The compute dtype name for ``precision`` on ``device`` (``auto``: fp16 on CUDA, fp32 on CPU)."""
+    """The compute dtype name for ``precision`` on ``device`` (``auto``: fp16 on CUDA, bf16 on CPUs
+    with native bf16, else fp32)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
     on_cuda = device.startswith("cuda")
     if precision == "auto":
-        return "fp16" if on_cuda else "fp32"
+        return "fp16" if on_cuda else ("bf16" if cpu_has_native_bf16() else "fp32")
     if precision == "fp16" and not on_cuda:
         raise ValueError("precision 'fp16' needs device 'cuda' (CPU fp16 kernels are slow); use 'bf16' or 'fp32' on CPU")
-    if precision == "bf16" and not on_cuda:
-        import torch
-
-        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-            warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX): precision 'bf16' will be slower than fp32")
+    if precision == "bf16" and not on_cuda and not cpu_has_native_bf16():
+        warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX): precision 'bf16' will be slower than fp32")
     return precision
 
 
@@ -140,9 +151,17 @@ def _fused_classes() -> tuple[type, type]:
                 self.out, self.ln1 = att.output.dense, att.output.LayerNorm  # shared with the HF module
                 self.ffn1, self.ffn2, self.ln2 = layer.intermediate.dense, layer.output.dense, layer.output.LayerNorm
                 self.heads, self.approximate = heads, approximate
+                self.native = False
 
             def forward(self, x, mask):
                 b, n, h = x.shape
+                if self.native:  # mask: key padding, True = ignore
+                    return torch._transformer_encoder_layer_fwd(
+                        x, h, self.heads, self.qkv.weight, self.qkv.bias, self.out.weight, self.out.bias,
+                        True, False, self.ln1.eps, self.ln1.weight, self.ln1.bias, self.ln2.weight, self.ln2.bias,
+                        self.ffn1.weight, self.ffn1.bias, self.ffn2.weight, self.ffn2.bias,
+                        mask, None if mask is None else 1,
+                    )
                 q, k, v = self.qkv(x).view(b, n, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
                 a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
                 x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, n, h)))
@@ -164,9 +183,24 @@ def _fused_classes() -> tuple[type, type]:
                     FusedBertLayer(layer, cfg.num_attention_heads, approximate) for layer in hf_model.encoder.layer
                 )
 
+            @property
+            def native(self) -> bool:
+                return bool(self.layers) and self.layers[0].native
+
+            def use_native(self, flag: bool) -> None:
+                """Run each layer as PyTorch's fused C++ encoder layer (the ``nn.TransformerEncoderLayer``
+                inference fast path: post-LN, exact GELU) instead of the Python layer above."""
+                for layer in self.layers:
+                    layer.native = flag
+
             def forward(self, input_ids, attention_mask=None):
                 x = self.ln(self.word(input_ids) + self.pos_type[: input_ids.shape[1]])
-                mask = None if attention_mask is None else (attention_mask[:, None, None, :] > 0)
+                if attention_mask is None:
+                    mask = None
+                elif self.native:
+                    mask = attention_mask == 0
+                else:
+                    mask = attention_mask[:, None, None, :] > 0
                 for layer in self.layers:
                     x = layer(x, mask)
                 return x
@@ -194,6 +228,14 @@ def build_fused_bert(hf_model):
     """A FusedBert sharing ``hf_model``'s weights (plus one concatenated QKV matrix per layer)."""
     _, fused_cls = _fused_classes()
     return fused_cls(hf_model).eval()
+
+
+def native_layer_available() -> bool:
+    """PyTorch's fused encoder-layer kernel (private, but behind ``nn.TransformerEncoderLayer``'s
+    inference fast path since torch 1.12)."""
+    import torch
+
+    return hasattr(torch, "_transformer_encoder_layer_fwd")
 
 
 def fused_probe_error(hf_model, fused, device: str) -> float:
@@ -337,10 +379,20 @@ class TextEncoder:
 
     def _build_runner(self):
         """The inference module: ``self.model`` (transformers; kept for fine-tuning and saving) or a
-        fused view of it, then quantised or cast.  Rebuilt after fine-tuning (the fused QKV is a copy)."""
+        fused view of it, then quantised or cast.  Rebuilt after fine-tuning (the fused QKV is a copy).
+
+        In bf16/fp16 the fused view runs PyTorch's C++ encoder layer when it is available, the model
+        uses exact GELU and the load-time probe (fp32, padded batch) agrees with transformers: on
+        2 Zen 4 cores it cut a bf16 batch of 32 x 130 tokens from 367 to 321 ms.  In fp32 it was
+        slower there (612 -> 638 ms), so fp32 keeps the Python layer."""
         import torch
 
         runner = build_fused_bert(self.model) if self.backend == "fused" else self.model
+        if self.backend == "fused" and self.precision != "fp32" and self.quantize is None:
+            if native_layer_available() and runner.layers[0].approximate == "none":
+                runner.use_native(True)
+                if fused_probe_error(self.model, runner, self.device) > FUSED_PROBE_TOLERANCE:
+                    runner.use_native(False)
         if self.quantize == "int8":
             return quantize_int8(runner)
         if self.precision != "fp32":

@@ -63,7 +63,7 @@ class ProteusPredictor:
         *,
         device: str = "auto",
         encoder_cache_dir: str | None = None,
-        precision: str = "fp32",
+        precision: str = "auto",
         quantize: str | None = None,
         memory_cache: int = 1024,
         threads: int | None = None,
@@ -71,10 +71,11 @@ class ProteusPredictor:
         max_tokens: int | None = None,
         truncation: str | None = None,
     ):
-        """Speed options (see ``encoder.py``; the defaults reproduce training-time embeddings to
-        ~1e-7): ``backend`` auto|hf|fused, ``memory_cache`` = in-process LRU entries (exact; 0 = off),
-        ``precision`` fp32|bf16|fp16|auto, ``quantize`` None|"int8" (both move embeddings: evaluate
-        first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
+        """Speed options (see ``encoder.py``): ``backend`` auto|hf|fused (equal to the training
+        encoder to ~1e-7), ``memory_cache`` = in-process LRU entries (exact; 0 = off), ``precision``
+        auto (default: fp16 on CUDA, bf16 on CPUs with native bf16, else fp32; ``proteus eval
+        --precision`` measures its routing) |fp32|bf16|fp16, ``quantize`` None|"int8" (moves
+        embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
         override the artifact's length policy (changes embeddings)."""
         import torch
 

@@ -13,11 +13,10 @@ valid and installs the strategy on every Router built afterwards.  For the Route
 before building ``litellm.Router(routing_strategy="proteus", routing_strategy_args=...)``.
 """
 
-import os
+from ..openmp import configure_openmp
 
-# Before torch loads: spinning OpenMP workers fight the proxy's event loop for the cores; measured
-# on 2 shared cores, passive waiting cut a 128-token decision from 1.5 s to 75 ms (train/bench).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Before torch loads: OpenMP workers spin briefly, then sleep (see litellm_proteus/openmp.py).
+configure_openmp("short-spin")
 
 from .patch import ProteusStartupError, active_strategy, apply, install  # noqa: E402
 

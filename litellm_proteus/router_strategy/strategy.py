@@ -34,6 +34,7 @@ from litellm.types.router import CustomRoutingStrategyBase
 
 from ..artifact import DEFAULT_ARTIFACT_DIR
 from ..batcher import MicroBatcher
+from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
 from ..engine import (
     METADATA_KEYS,
@@ -76,8 +77,9 @@ def load_predictor(config: ProteusConfig, weights_sha256: str = ""):
     with _shared_lock:
         if key not in _predictors:
             try:
-                _predictors[key] = ProteusPredictor(
-                    key[0], device=config.device, encoder_cache_dir=config.encoder_cache_dir, **config.predictor_options
+                _predictors[key] = run_on_model_thread(  # all torch work on one thread: see model_thread.py
+                    ProteusPredictor, key[0], device=config.device, encoder_cache_dir=config.encoder_cache_dir,
+                    **config.predictor_options,
                 )
             except TypeError as exc:  # an option this ProteusPredictor does not take
                 raise ValueError(f"routing_strategy_args.predictor_options: {exc}") from exc
@@ -96,7 +98,7 @@ def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatche
 
             def decide(requests, engine=engine, lock=lock):
                 with lock:
-                    return engine.decide(requests)
+                    return run_on_model_thread(engine.decide, requests)
 
             _batchers[key] = MicroBatcher(
                 decide, max_batch=config.batching.max_batch, max_wait_ms=config.batching.max_wait_ms

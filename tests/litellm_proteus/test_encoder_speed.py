@@ -8,7 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from litellm_proteus.encoder import MemoryLRU, TextEncoder, fused_supported
+import litellm_proteus.encoder as encoder_module
+from litellm_proteus.encoder import MemoryLRU, TextEncoder, fused_supported, native_layer_available, resolve_precision
 from train.bench.prompts import load_prompts
 
 
@@ -91,6 +92,34 @@ def test_bf16_and_int8_stay_close(prompts, reference):
     int8 = TextEncoder(device="cpu", backend="fused", quantize="int8")
     assert "quantize=int8" in int8.fingerprint
     assert ((int8.encode(prompts) * reference).sum(1)).min() > 0.9
+
+
+@pytest.mark.skipif(not native_layer_available(), reason="this torch has no fused encoder-layer kernel")
+def test_bf16_runs_the_native_layer_and_matches_on_padded_batches(prompts, reference):
+    encoder = TextEncoder(device="cpu", backend="fused", precision="bf16", batch_size=3)  # padded batches
+    assert encoder._runner.native
+    assert ((encoder.encode(prompts) * reference).sum(1)).min() > 0.999
+    single = TextEncoder(device="cpu", backend="fused", precision="bf16", batch_size=1)  # unpadded path
+    assert ((single.encode(prompts[:4]) * reference[:4]).sum(1)).min() > 0.999
+
+
+def test_native_layer_is_dropped_when_the_probe_disagrees(monkeypatch):
+    monkeypatch.setattr(encoder_module, "fused_probe_error", lambda *a: 1.0 if a[1].native else 0.0)
+    encoder = TextEncoder(device="cpu", backend="fused", precision="bf16")
+    assert encoder.backend == "fused" and not encoder._runner.native
+
+
+def test_fp32_keeps_the_python_layer():
+    assert not TextEncoder(device="cpu", backend="fused")._runner.native
+
+
+def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
+    monkeypatch.setattr(encoder_module, "cpu_has_native_bf16", lambda: False)
+    assert resolve_precision("auto", "cpu") == "fp32"
+    monkeypatch.setattr(encoder_module, "cpu_has_native_bf16", lambda: True)
+    assert resolve_precision("auto", "cpu") == "bf16"
+    assert resolve_precision("auto", "cuda") == "fp16"
+    assert resolve_precision("fp32", "cpu") == "fp32"
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from litellm_proteus.openmp import OMP_POLICIES, configure_openmp, openmp_settings
+
 # Settings --quick changes, with their defaults and quick values; explicit flags win over both.
 DEFAULTS: dict[str, object] = {
     "batches": [1, 8, 32, 64, 128], "tokens": [32, 128, 512], "callers": [1, 8, 32, 128],
@@ -58,15 +60,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     speed = parser.add_argument_group("decision path options (see litellm_proteus/encoder.py)")
     speed.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"],
-                       help="encoder precision; auto = fp16 on CUDA, fp32 on CPU (default)")
+                       help="encoder precision; auto (default, as the plugin) = fp16 on CUDA, bf16 on CPUs with "
+                       "native bf16, else fp32")
     speed.add_argument("--quantize", default="none", choices=["none", "int8"], help="dynamic int8 encoder (CPU)")
     speed.add_argument("--backend", default="auto", choices=["auto", "hf", "fused"],
                        help="encoder implementation; auto = fused BERT where supported (default)")
     speed.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    speed.add_argument("--omp-wait-policy", default="passive", choices=["passive", "active", "unset"],
-                       help="OMP_WAIT_POLICY for this process (when torch is not loaded yet) and the proxies, unless "
-                       "already set in the environment; passive (default) keeps idle OpenMP threads from spinning on "
-                       "cores the proxy's event loop needs")
+    speed.add_argument("--omp-wait-policy", default="short-spin", choices=list(OMP_POLICIES),
+                       help="how idle OpenMP threads wait, for this process and the proxies, unless OMP_WAIT_POLICY or "
+                       "GOMP_SPINCOUNT is already set: short-spin (default, the plugin's) spins ~0.2 ms then sleeps; "
+                       "see litellm_proteus/openmp.py")
     speed.add_argument("--max-tokens", type=int, default=None, help="override the artifact's encoder max_tokens")
     speed.add_argument("--truncation", default=None, choices=["head", "tail", "head_tail"],
                        help="override the artifact's truncation policy")
@@ -168,8 +171,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     _fill_defaults(args)
-    if args.omp_wait_policy != "unset":
-        os.environ.setdefault("OMP_WAIT_POLICY", args.omp_wait_policy.upper())  # read once, when torch loads
+    configure_openmp(args.omp_wait_policy)  # read once, when torch loads
     for flag in ("min_iters", "max_iters", "pool_size", "proxy_callers", "proxy_requests"):
         if getattr(args, flag) < 1:
             raise SystemExit(f"proteus bench: --{flag.replace('_', '-')} must be >= 1; got {getattr(args, flag)}")
@@ -177,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"proteus bench: --threads must be >= 1; got {args.threads}")
 
     from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, ArtifactError
+    from litellm_proteus.model_thread import run_on_model_thread
     from litellm_proteus.predictor import ProteusPredictor
 
     from .measure import CellBudget, cache_hit, table3
@@ -191,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     load_before = os.getloadavg()
     try:
-        predictor = ProteusPredictor(
+        predictor = run_on_model_thread(  # the plugin's threading: all torch work on one thread
+            ProteusPredictor,
             artifact,
             device=args.device,
             precision=args.precision,
@@ -215,8 +219,8 @@ def run(args: argparse.Namespace) -> int:
     progress(f"{len(prompts)} prompts from {source}; artifact {artifact}; device {predictor.device}")
 
     budget = CellBudget(seconds=args.cell_seconds, min_iters=args.min_iters, max_iters=max(args.min_iters, args.max_iters))
-    rows = table3(predictor, {n: pools[n] for n in args.tokens}, args.batches, budget, progress=progress)
-    hit = cache_hit(predictor, pools[min(args.tokens)][0], budget)
+    rows = run_on_model_thread(table3, predictor, {n: pools[n] for n in args.tokens}, args.batches, budget, progress=progress)
+    hit = run_on_model_thread(cache_hit, predictor, pools[min(args.tokens)][0], budget)
 
     concurrency_rows: list[dict] = []
     if not args.skip_concurrency:
@@ -232,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare_reference:
         from .quality import compare_reference
 
-        quality = compare_reference(predictor, artifact, prompts[: max(64, args.pool_size)], progress=progress)
+        quality = run_on_model_thread(compare_reference, predictor, artifact, prompts[: max(64, args.pool_size)], progress=progress)
 
     proxy_section, rss_mb, rss_source = None, _self_peak_rss_mb(), "bench process"
     if not args.skip_proxy:
@@ -268,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
             "max_tokens": predictor.encoder.max_tokens,
             "truncation": predictor.encoder.truncation,
             "backend": predictor.encoder.backend,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "openmp": openmp_settings(),
             "command": "proteus bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "bench" else None,
         },
         "host": {"cpus": os.cpu_count(), "loadavg_start": load_before, "loadavg_end": os.getloadavg()},

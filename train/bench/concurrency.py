@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from litellm_proteus.batcher import MicroBatcher
+from litellm_proteus.model_thread import run_on_model_thread
 from litellm_proteus.config import ProteusConfig
 from litellm_proteus.engine import DecisionEngine, DecisionRequest
 from litellm_proteus.predictor import ProteusPredictor
@@ -81,7 +82,11 @@ def concurrency(
     config = config or ProteusConfig()
     engine = DecisionEngine(predictor.manifest, config, predictor=predictor)
     requests = _requests(engine, pool)
-    batcher = MicroBatcher(engine.decide, max_batch=config.batching.max_batch, max_wait_ms=config.batching.max_wait_ms)
+    batcher = MicroBatcher(  # as the plugin runs it: batches gathered by the batcher, torch work on the model thread
+        lambda batch: run_on_model_thread(engine.decide, batch),
+        max_batch=config.batching.max_batch,
+        max_wait_ms=config.batching.max_wait_ms,
+    )
     rows = []
     try:
         asyncio.run(_drive(batcher, requests, 1, 0.0, 2))  # warm-up: worker thread, token counter

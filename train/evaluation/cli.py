@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+from litellm_proteus.encoder import PRECISIONS
 
 
 def _ablation(value: str) -> tuple[str, str]:
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR,
                         help="embedding cache root, shared with `proteus train` (PROTEUS_CACHE_DIR; '' disables)")
     parser.add_argument("--device", default="auto", help="encoder device: auto, cpu, cuda (default: auto)")
+    parser.add_argument("--precision", default="auto", choices=list(PRECISIONS),
+                        help="encoder precision, as the proxy's predictor_options.precision (default: auto, the proxy's "
+                             "default: fp16 on CUDA, bf16 on CPUs with native bf16, else fp32); fp32 = training's numerics")
     parser.add_argument("--llm-latency-s", type=float, default=2.0, help="t_LLM of RPI in seconds (default: 2.0)")
     parser.add_argument("--latency-batch", type=_positive_int, default=8, help="batch size of the latency measurement (default: 8)")
     parser.add_argument("--dynamic-queries", type=_positive_int, default=1000, help="queries per dynamic scenario (default: 1000)")
@@ -83,7 +87,7 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--data", *args.data]
     parts += ["--out", args.out]
     defaults = {"data_format": None, "dataset": None, "seeds": 5, "seed": 0, "bootstrap": 1000, "tau_step": 0.01, "headline_tau": None,
-                "device": "auto", "threads": 1, "llm_latency_s": 2.0, "latency_batch": 8, "dynamic_queries": 1000, "window": 100}
+                "device": "auto", "precision": "auto", "threads": 1, "llm_latency_s": 2.0, "latency_batch": 8, "dynamic_queries": 1000, "window": 100}
     for key, default in defaults.items():
         value = getattr(args, key)
         if value != default:
@@ -111,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
     cache_dir = args.cache_dir or None
     say(f"loading {args.artifact} and its data")
     inputs = load_inputs(args.artifact, data=args.data, data_format=args.data_format, cache_dir=cache_dir,
-                         device=args.device, progress=not args.quiet, dataset=args.dataset)
+                         device=args.device, precision=args.precision, progress=not args.quiet, dataset=args.dataset)
     test_prompts = [inputs.log.prompts[i] for i in inputs.test_rows]
     say("measuring encoder latency")
-    timing_encoder = make_encoder(inputs.manifest.encoder, inputs.artifact_dir, None, args.device)  # no cache
+    timing_encoder = make_encoder(inputs.manifest.encoder, inputs.artifact_dir, None, args.device, args.precision)  # no cache
     encoder_ms = measure_encoder_ms(timing_encoder, test_prompts, batch=args.latency_batch)
     encoder_backend = str(getattr(timing_encoder, "backend", "hf"))
     del timing_encoder
@@ -128,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         if manifest.encoder == inputs.manifest.encoder and not manifest.encoder.bundled:
             emb = inputs.test.emb
         else:
-            emb = make_encoder(manifest.encoder, Path(directory), cache_dir, args.device).encode(test_prompts)
+            emb = make_encoder(manifest.encoder, Path(directory), cache_dir, args.device, args.precision).encode(test_prompts)
         ablations[name] = (ProteusRouter(model, manifest, name=name), emb)
 
     config = EvalConfig(
@@ -151,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     metrics["latency"]["torch_threads"] = args.threads
     metrics["latency"]["device"] = str(getattr(inputs.encoder, "device", args.device))
     metrics["latency"]["encoder_backend"] = encoder_backend
+    metrics["latency"]["encoder_precision"] = inputs.encoder.precision
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

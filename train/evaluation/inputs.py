@@ -114,9 +114,10 @@ def dataset_name(manifest: Manifest, paths: list[str]) -> str:
     return manifest.data.source or "unknown"
 
 
-def make_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, device: str):
-    """The artifact's encoder as the proxy runs it (``backend="auto"``, the runtime default; its
-    embeddings equal the training backend's to ~1e-5 and share the same disk cache)."""
+def make_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, device: str, precision: str = "auto"):
+    """The artifact's encoder as the proxy runs it: ``backend="auto"`` (equal to the training
+    backend to ~1e-5, same disk cache) and ``precision`` (``auto`` = the proxy's default: bf16 on
+    CPUs with native bf16, so routing is evaluated on the embeddings it will see)."""
     from litellm_proteus.encoder import TextEncoder
 
     encoder = TextEncoder(
@@ -126,6 +127,7 @@ def make_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, d
         truncation=spec.truncation,  # type: ignore[arg-type]
         cache_dir=os.path.join(cache_dir, "embeddings") if cache_dir else None,
         backend="auto",
+        precision=precision,
     )
     if encoder.embed_dim != spec.embed_dim:
         raise ArtifactError(f"encoder {spec.name!r} gives {encoder.embed_dim}-d embeddings; manifest.encoder.embed_dim = {spec.embed_dim}")
@@ -152,6 +154,7 @@ def load_inputs(
     data_format: str | None = None,
     cache_dir: str | None = DEFAULT_CACHE_DIR,
     device: str = "auto",
+    precision: str = "auto",
     progress: bool = True,
     dataset: str | None = None,
 ) -> EvalInputs:
@@ -159,7 +162,7 @@ def load_inputs(
     model, manifest = load_artifact(artifact_dir)
     notes: list[str] = []
     log = load_split_log(manifest, data, data_format, notes)
-    encoder = make_encoder(manifest.encoder, artifact_dir, cache_dir, device)
+    encoder = make_encoder(manifest.encoder, artifact_dir, cache_dir, device, precision)
     embeddings = encoder.encode(log.prompts, progress=progress)
     train, val, test, test_rows, excluded = build_splits(log, embeddings)
     if len(train) < 5 or len(val) < 2 or len(test) < 2:

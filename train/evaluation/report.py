@@ -114,7 +114,8 @@ def table1_text(m: dict) -> str:
         )
     lat = m["latency"]
     out.append(
-        f"Latency = encoder {num(lat['encoder_ms_per_query'])} ms/query (batch {lat['batch_size']}, measured in this run) + "
+        f"Latency = encoder {num(lat['encoder_ms_per_query'])} ms/query ({lat.get('encoder_precision', 'fp32')}, batch "
+        f"{lat['batch_size']}, measured in this run) + "
         f"each router's own decision time; RPI assumes t_LLM = {lat['llm_latency_s']:g} s."
     )
     return " ".join(out)

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from litellm_proteus.cli import main
+from litellm_proteus.encoder import resolve_precision
 
 TABLE3_KEYS = {"batch", "tokens", "p50_ms", "p95_ms", "p99_ms", "qps"}
 CONCURRENCY_KEYS = {"callers", "p50_ms", "p99_ms", "qps"}
@@ -43,7 +44,9 @@ def test_quick_bench_without_proxy(make_artifact, tmp_path, capsys):
     check_common(result, [1, 2], [32, 128], [1, 3])
     assert result["proxy"] is None and result["rss_source"] == "bench process"
     assert result["prompts_source"].startswith("bundled")
-    assert result["settings"]["backend"] == "fused" and result["settings"]["precision"] == "fp32"
+    assert result["settings"]["backend"] == "fused"
+    assert result["settings"]["precision"] == resolve_precision("auto", "cpu")  # the plugin's default
+    assert set(result["settings"]["openmp"]) == {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS"}
     printed = capsys.readouterr().out
     assert "decision latency (table 3)" in printed and "through the micro-batcher" in printed
 

@@ -10,6 +10,7 @@ import pytest
 
 from litellm_proteus.artifact import DataRecord
 from litellm_proteus.cli import main
+from litellm_proteus.encoder import resolve_precision
 from train.evaluation.baselines import BASELINE_NAMES
 from train.evaluation.plots import FIGURES
 
@@ -41,6 +42,7 @@ def test_eval_cli_on_the_recorded_data(tmp_path, make_artifact):
     assert metrics["n_test"] == 30
     assert set(metrics["routers"]) == {"PROTEUS", *BASELINE_NAMES}
     assert metrics["latency"]["encoder_ms_per_query"] > 0  # measured on the real encoder
+    assert metrics["latency"]["encoder_precision"] == resolve_precision("auto", "cpu")  # the proxy's default
     assert metrics["routers"]["KNN"]["re"] is not None
     assert any("hash differs" in w for w in metrics["data"]["warnings"])
     assert "> Warning:" in report and "## Table 1" in report
@@ -80,9 +82,11 @@ def test_train_then_eval(tmp_path):
     assert main(["train", *train, "--out", str(tmp_path / "nocritic"), "--no-critic"]) == 0
     out = tmp_path / "eval"
     code = main(["eval", "--artifact", str(tmp_path / "full"), "--out", str(out), "--cache-dir", cache,
-                 "--ablation", f"NoCritic={tmp_path / 'nocritic'}", *FAST])
+                 "--ablation", f"NoCritic={tmp_path / 'nocritic'}", "--precision", "fp32", *FAST])
     assert code == 0
     metrics, report = read_outputs(out)
+    assert metrics["latency"]["encoder_precision"] == "fp32"
+    assert len(list((tmp_path / "cache" / "embeddings").glob("*.sqlite"))) == 1  # fp32: training's cache, reused
     assert metrics["data"]["warnings"] == []  # same data, same hash, same split as recorded
     manifest = json.loads((tmp_path / "full" / "manifest.json").read_text())
     assert metrics["tau_range"] == manifest["tau_range"]
