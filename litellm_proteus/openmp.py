@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 OMP_POLICIES: tuple[str, ...] = ("short-spin", "passive", "active", "unset")
 SHORT_SPIN_COUNT = "10000"
@@ -29,8 +30,14 @@ def configure_openmp(policy: str = "short-spin") -> str | None:
         raise ValueError(f"OpenMP policy must be one of {OMP_POLICIES}; got {policy!r}")
     if policy == "unset" or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return None
-    if "torch" in sys.modules:
-        return None  # the runtime already read its settings: changing them now would only mislead
+    if "torch" in sys.modules:  # the runtime already read its settings: changing them now would only mislead
+        warnings.warn(
+            f"torch was imported before litellm_proteus could set the OpenMP policy {policy!r}; set "
+            f"GOMP_SPINCOUNT={SHORT_SPIN_COUNT} (or OMP_WAIT_POLICY) in the environment instead",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
     if policy == "short-spin":
         os.environ["GOMP_SPINCOUNT"] = SHORT_SPIN_COUNT
         return f"GOMP_SPINCOUNT={SHORT_SPIN_COUNT}"

@@ -20,12 +20,15 @@ print(json.dumps({{"set": set_, "spin": os.environ.get("GOMP_SPINCOUNT"), "wait"
 """
 
 
-def probe(policy: str, *, pre: str = "", env: dict[str, str] | None = None) -> dict:
+def run_probe(policy: str, *, pre: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     clean.update(env or {})
-    out = subprocess.run([sys.executable, "-c", PROBE.format(pre=pre, policy=policy)], env=clean,
-                         capture_output=True, text=True, timeout=120, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return subprocess.run([sys.executable, "-c", PROBE.format(pre=pre, policy=policy)], env=clean,
+                          capture_output=True, text=True, timeout=120, check=True)
+
+
+def probe(policy: str, *, pre: str = "", env: dict[str, str] | None = None) -> dict:
+    return json.loads(run_probe(policy, pre=pre, env=env).stdout.strip().splitlines()[-1])
 
 
 def test_short_spin_is_the_default_and_sets_libgomp_spin_count():
@@ -43,8 +46,10 @@ def test_the_users_own_setting_wins():
     assert probe("passive", env={"GOMP_SPINCOUNT": "5"}) == {"set": None, "spin": "5", "wait": None}
 
 
-def test_nothing_is_set_once_torch_has_read_its_settings():
-    assert probe("short-spin", pre="import torch") == {"set": None, "spin": None, "wait": None}
+def test_nothing_is_set_once_torch_has_read_its_settings_and_the_user_is_told():
+    result = run_probe("short-spin", pre="import torch")
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"set": None, "spin": None, "wait": None}
+    assert "torch was imported before litellm_proteus" in result.stderr and "GOMP_SPINCOUNT=" in result.stderr
 
 
 def test_the_plugin_applies_short_spin_before_torch_loads():
