@@ -24,6 +24,8 @@ from pathlib import Path
 
 from litellm_proteus.openmp import OMP_POLICIES, configure_openmp, openmp_settings
 
+from .aggregate import median_proxy, median_rows
+
 # Settings --quick changes, with their defaults and quick values; explicit flags win over both.
 DEFAULTS: dict[str, object] = {
     "batches": [1, 8, 32, 64, 128], "tokens": [32, 128, 512], "callers": [1, 8, 32, 128],
@@ -95,6 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: batches 1,8; tokens 32,128; callers 1,8; tiny budgets; 0.2 s upstream "
                         "(explicit flags still win)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every section this many times and report per-cell medians (default 1; "
+                        "a shared host moves single runs by up to ~20 %%)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -131,15 +136,20 @@ def _print_table(title: str, rows: list[dict], columns: list[str]) -> None:
 def print_report(result: dict) -> None:
     print(f"\ndevice: {result['device']}")
     print(f"prompts: {result['prompts_source']}")
+    runs = ["p50_ms_runs", "qps_runs"] if result.get("repeat", 1) > 1 else []
+    if runs:
+        print(f"medians of {result['repeat']} runs (each run's p50 and qps in the last columns)")
     if result["table3"]:
-        _print_table("decision latency (table 3)", result["table3"], ["tokens", "batch", "p50_ms", "p95_ms", "p99_ms", "qps", "n"])
+        _print_table("decision latency (table 3)", result["table3"], ["tokens", "batch", "p50_ms", "p95_ms", "p99_ms", "qps", "n", *runs])
     if result["concurrency"]:
-        _print_table("through the micro-batcher", result["concurrency"], ["callers", "p50_ms", "p95_ms", "p99_ms", "qps", "mean_batch", "n"])
+        _print_table("through the micro-batcher", result["concurrency"],
+                     ["callers", "p50_ms", "p95_ms", "p99_ms", "qps", "mean_batch", "n", *runs])
     if result["proxy"]:
         p = result["proxy"]
         print(
             f"\nproxy (upstream {p['upstream_delay_ms']:.0f} ms, {p['callers']} callers): proteus p50 {p['proteus_p50_ms']:.1f} ms"
             f" vs simple-shuffle {p['shuffle_p50_ms']:.1f} ms -> p50 ratio {p['p50_ratio']:.4f}, p99 ratio {p['p99_ratio']:.4f}"
+            + (f" (p50 ratio per run: {', '.join(f'{r:.4f}' for r in p['p50_ratio_runs'])})" if "p50_ratio_runs" in p else "")
         )
     print(f"repeated prompt (memory LRU hit), batch 1: p50 {result['cache_hit']['p50_ms']:.2f} ms")
     print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB")
@@ -172,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     _fill_defaults(args)
     configure_openmp(args.omp_wait_policy)  # read once, when torch loads
-    for flag in ("min_iters", "max_iters", "pool_size", "proxy_callers", "proxy_requests"):
+    for flag in ("min_iters", "max_iters", "pool_size", "proxy_callers", "proxy_requests", "repeat"):
         if getattr(args, flag) < 1:
             raise SystemExit(f"proteus bench: --{flag.replace('_', '-')} must be >= 1; got {getattr(args, flag)}")
     if args.threads is not None and args.threads < 1:
@@ -219,18 +229,42 @@ def run(args: argparse.Namespace) -> int:
     progress(f"{len(prompts)} prompts from {source}; artifact {artifact}; device {predictor.device}")
 
     budget = CellBudget(seconds=args.cell_seconds, min_iters=args.min_iters, max_iters=max(args.min_iters, args.max_iters))
-    rows = run_on_model_thread(table3, predictor, {n: pools[n] for n in args.tokens}, args.batches, budget, progress=progress)
-    hit = run_on_model_thread(cache_hit, predictor, pools[min(args.tokens)][0], budget)
-
-    concurrency_rows: list[dict] = []
-    if not args.skip_concurrency:
-        from .concurrency import concurrency
-
-        concurrency_rows = concurrency(
-            predictor, pools[args.concurrency_tokens], args.callers, seconds=args.concurrency_seconds, progress=progress
+    table3_runs, concurrency_runs, proxy_runs, rss_runs = [], [], [], []
+    for run_index in range(args.repeat):
+        if args.repeat > 1:
+            progress(f"run {run_index + 1} of {args.repeat}")
+        table3_runs.append(
+            run_on_model_thread(table3, predictor, {n: pools[n] for n in args.tokens}, args.batches, budget, progress=progress)
         )
-        for row in concurrency_rows:
-            row["tokens"] = args.concurrency_tokens
+        if not args.skip_concurrency:
+            from .concurrency import concurrency
+
+            rows = concurrency(
+                predictor, pools[args.concurrency_tokens], args.callers, seconds=args.concurrency_seconds, progress=progress
+            )
+            for row in rows:
+                row["tokens"] = args.concurrency_tokens
+            concurrency_runs.append(rows)
+        if not args.skip_proxy:
+            from .proxy import ProxySettings, proxy_bench
+
+            settings = ProxySettings(
+                callers=args.proxy_callers,
+                requests=args.proxy_requests,
+                delay_s=args.upstream_delay,
+                device=predictor.device,
+                artifact=str(artifact.resolve()),
+                threads=args.threads,
+                strategy_args={"predictor_options": predictor_options(args)},
+            )
+            workdir = out / ("proxy" if run_index == 0 else f"proxy-run{run_index + 1}")
+            section, rss = proxy_bench(pools[args.proxy_tokens], predictor.models, settings, workdir, progress=progress)
+            section["tokens"] = args.proxy_tokens
+            proxy_runs.append(section)
+            rss_runs.append(rss)
+    rows = median_rows(table3_runs, ("tokens", "batch"))
+    concurrency_rows = median_rows(concurrency_runs, ("callers",)) if concurrency_runs else []
+    hit = run_on_model_thread(cache_hit, predictor, pools[min(args.tokens)][0], budget)
 
     quality = None
     if args.compare_reference:
@@ -239,21 +273,8 @@ def run(args: argparse.Namespace) -> int:
         quality = run_on_model_thread(compare_reference, predictor, artifact, prompts[: max(64, args.pool_size)], progress=progress)
 
     proxy_section, rss_mb, rss_source = None, _self_peak_rss_mb(), "bench process"
-    if not args.skip_proxy:
-        from .proxy import ProxySettings, proxy_bench
-
-        settings = ProxySettings(
-            callers=args.proxy_callers,
-            requests=args.proxy_requests,
-            delay_s=args.upstream_delay,
-            device=predictor.device,
-            artifact=str(artifact.resolve()),
-            threads=args.threads,
-            strategy_args={"predictor_options": predictor_options(args)},
-        )
-        proxy_section, rss_mb = proxy_bench(pools[args.proxy_tokens], predictor.models, settings, out / "proxy", progress=progress)
-        proxy_section["tokens"] = args.proxy_tokens
-        rss_source = "proteus proxy worker"
+    if proxy_runs:
+        proxy_section, rss_mb, rss_source = median_proxy(proxy_runs), max(rss_runs), "proteus proxy worker"
 
     result = {
         "device": device_description(predictor.device, torch.get_num_threads()),
@@ -264,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         "rss_source": rss_source,
         "cache_hit": hit,
         "prompts_source": source,
+        "repeat": args.repeat,
         "settings": {
             "artifact": str(artifact),
             "precision": predictor.encoder.precision,

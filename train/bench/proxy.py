@@ -215,6 +215,7 @@ def proxy_bench(
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict, float]:
     """(``proxy`` section of bench.json, PROTEUS proxy peak RSS in MiB)."""
+    workdir = workdir.resolve()  # the services run inside it: a relative path would point elsewhere
     workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", LITELLM_LOCAL_MODEL_COST_MAP="True")

@@ -84,10 +84,12 @@ def test_missing_artifact_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.e2e
-def test_quick_bench_through_real_proxies(make_artifact, tmp_path):
-    """Mock upstream + two real ``litellm --config`` proxies (proteus, simple-shuffle) on loopback."""
+def test_quick_bench_through_real_proxies(make_artifact, tmp_path, monkeypatch):
+    """Mock upstream + two real ``litellm --config`` proxies (proteus, simple-shuffle) on loopback;
+    ``--out`` relative to the working directory, as a user types it."""
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    code = main(["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--data", "none",
+    code = main(["bench", "--artifact", str(make_artifact()), "--out", "out", "--quick", "--data", "none",
                  "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "2", "--threads", "1"])
     assert code == 0
     result = json.loads((out / "bench.json").read_text())
@@ -100,3 +102,17 @@ def test_quick_bench_through_real_proxies(make_artifact, tmp_path):
     assert result["rss_source"] == "proteus proxy worker" and result["rss_mb"] > 100
     log = (out / "proxy" / "proxy-proteus.log").read_text()
     assert '"tau_source"' in log or "proteus" in log  # the PROTEUS proxy logged its decisions
+
+
+def test_repeat_reports_medians_and_every_run(make_artifact, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--skip-proxy", "--data", "none",
+                 "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "2", "--repeat", "3"])
+    assert code == 0
+    result = json.loads((out / "bench.json").read_text())
+    assert result["repeat"] == 3
+    check_common(result, [1], [32], [2])
+    for row in (*result["table3"], *result["concurrency"]):
+        assert len(row["p50_ms_runs"]) == 3 and len(row["qps_runs"]) == 3
+        assert min(row["p50_ms_runs"]) <= row["p50_ms"] <= max(row["p50_ms_runs"])  # the median of the runs
+    assert "medians of 3 runs" in capsys.readouterr().out
