@@ -512,7 +512,14 @@ class TextEncoder:
         return torch.nn.functional.normalize(pooled, dim=-1)
 
     def encode_tensor(self, texts: Sequence[str]):
-        """Differentiable path (used by --finetune-encoder): a torch tensor on ``self.device``."""
+        """Differentiable path (used by --finetune-encoder): a torch tensor on ``self.device``.
+
+        fp32 only: a cast runner shares (and has cast) modules of the transformers model."""
+        if self.precision != "fp32" or self.quantize:
+            raise ValueError(
+                f"encode_tensor (fine-tuning) needs precision 'fp32' and no quantize; this encoder has "
+                f"precision {self.precision!r}, quantize {self.quantize!r}"
+            )
         self._runner_stale = self._runner is not self.model  # weights may change: rebuild before inference
         return self._forward(self._token_ids(texts))
 

@@ -109,6 +109,11 @@ def test_native_layer_is_dropped_when_the_probe_disagrees(monkeypatch):
     assert encoder.backend == "fused" and not encoder._runner.native
 
 
+def test_fine_tuning_refuses_a_cast_encoder():
+    with pytest.raises(ValueError, match="encode_tensor .fine-tuning. needs precision 'fp32'"):
+        TextEncoder(device="cpu", backend="fused", precision="bf16").encode_tensor(["a prompt"])
+
+
 def test_fp32_keeps_the_python_layer():
     assert not TextEncoder(device="cpu", backend="fused")._runner.native
 

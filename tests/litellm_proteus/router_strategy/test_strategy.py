@@ -165,3 +165,24 @@ def test_sync_router_calls_work(router, upstream):
     response = router.completion(model="proteus-auto", messages=QUESTION, metadata=metadata)
     assert response.choices[0].message.content == "mistralai/mixtral-8x7b-chat"
     assert metadata["proteus"]["tau_source"] == "request"
+
+
+def test_decisions_run_on_the_model_thread(router, upstream, monkeypatch):
+    """All torch work on one thread (see litellm_proteus/model_thread.py), whatever thread asks."""
+    import threading
+
+    from litellm_proteus.model_thread import THREAD_NAME
+    from litellm_proteus.router_strategy.strategy import _predictors
+
+    threads: list[str] = []
+    for predictor in _predictors.values():
+        original = predictor.decide
+
+        def recording(*args, _original=original, **kwargs):
+            threads.append(threading.current_thread().name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(predictor, "decide", recording)
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata={"tau": 0.8}))
+    router.completion(model="proteus-auto", messages=QUESTION, metadata={"tau": 0.8})  # the sync path too
+    assert len(threads) == 2 and all(name.startswith(THREAD_NAME) for name in threads)
