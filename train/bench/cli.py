@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(explicit flags still win)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every section this many times and report per-cell medians (default 1; "
-                        "a shared host moves single runs by up to ~20 %%)")
+                        "a shared host moves single runs a lot)")
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -229,6 +229,21 @@ def run(args: argparse.Namespace) -> int:
     progress(f"{len(prompts)} prompts from {source}; artifact {artifact}; device {predictor.device}")
 
     budget = CellBudget(seconds=args.cell_seconds, min_iters=args.min_iters, max_iters=max(args.min_iters, args.max_iters))
+    settings = None
+    if not args.skip_proxy:
+        from .proxy import ProxySettings, proxy_bench
+
+        settings = ProxySettings(
+            callers=args.proxy_callers,
+            requests=args.proxy_requests,
+            delay_s=args.upstream_delay,
+            device=predictor.device,
+            artifact=str(artifact.resolve()),
+            threads=args.threads,
+            strategy_args={"predictor_options": predictor_options(args)},
+        )
+    if not args.skip_concurrency:
+        from .concurrency import concurrency
     table3_runs, concurrency_runs, proxy_runs, rss_runs = [], [], [], []
     for run_index in range(args.repeat):
         if args.repeat > 1:
@@ -237,26 +252,13 @@ def run(args: argparse.Namespace) -> int:
             run_on_model_thread(table3, predictor, {n: pools[n] for n in args.tokens}, args.batches, budget, progress=progress)
         )
         if not args.skip_concurrency:
-            from .concurrency import concurrency
-
             rows = concurrency(
                 predictor, pools[args.concurrency_tokens], args.callers, seconds=args.concurrency_seconds, progress=progress
             )
             for row in rows:
                 row["tokens"] = args.concurrency_tokens
             concurrency_runs.append(rows)
-        if not args.skip_proxy:
-            from .proxy import ProxySettings, proxy_bench
-
-            settings = ProxySettings(
-                callers=args.proxy_callers,
-                requests=args.proxy_requests,
-                delay_s=args.upstream_delay,
-                device=predictor.device,
-                artifact=str(artifact.resolve()),
-                threads=args.threads,
-                strategy_args={"predictor_options": predictor_options(args)},
-            )
+        if settings is not None:
             workdir = out / ("proxy" if run_index == 0 else f"proxy-run{run_index + 1}")
             section, rss = proxy_bench(pools[args.proxy_tokens], predictor.models, settings, workdir, progress=progress)
             section["tokens"] = args.proxy_tokens
