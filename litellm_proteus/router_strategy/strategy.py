@@ -58,7 +58,6 @@ WARN_EVERY_S = 30.0
 
 _predictors: dict[tuple, Any] = {}
 _batchers: dict[tuple[int, int, float], MicroBatcher] = {}
-_predictor_locks: dict[int, threading.Lock] = {}
 _shared_lock = threading.Lock()
 
 
@@ -89,16 +88,14 @@ def load_predictor(config: ProteusConfig, weights_sha256: str = ""):
 def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatcher:
     """One worker thread per predictor and batching policy.  ``DecisionEngine.decide`` depends only
     on the predictor (prices travel with each request), so engines of rebuilt routers can share it;
-    a per-predictor lock keeps two policies' threads from running one predictor concurrently."""
+    the model thread runs one decision at a time, so two policies never run a predictor concurrently."""
     predictor = engine.predictor
     key = (id(predictor), config.batching.max_batch, config.batching.max_wait_ms)
     with _shared_lock:
         if key not in _batchers:
-            lock = _predictor_locks.setdefault(id(predictor), threading.Lock())
 
-            def decide(requests, engine=engine, lock=lock):
-                with lock:
-                    return run_on_model_thread(engine.decide, requests)
+            def decide(requests, engine=engine):
+                return run_on_model_thread(engine.decide, requests)
 
             _batchers[key] = MicroBatcher(
                 decide, max_batch=config.batching.max_batch, max_wait_ms=config.batching.max_wait_ms
