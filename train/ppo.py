@@ -554,6 +554,12 @@ def finetune_encoder(
         weight_decay=config.perf_weight_decay,
     )
     targets = torch.as_tensor(data.scores, dtype=torch.float32)
+    bar = None
+    if config.progress:  # minutes per epoch on CPU: say so
+        from tqdm.auto import tqdm
+
+        per_epoch = -(-len(train_idx) // config.batch_size)
+        bar = tqdm(total=config.finetune_epochs * per_epoch, desc="fine-tuning the encoder", unit="batch")
     encoder.model.train()
     for _epoch in range(config.finetune_epochs):
         order = train_idx[torch.randperm(len(train_idx), generator=generator).numpy()]
@@ -565,6 +571,11 @@ def finetune_encoder(
             loss.backward()
             nn.utils.clip_grad_norm_(encoder.model.parameters(), config.max_grad_norm)
             optimizer.step()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.4f}")
+    if bar is not None:
+        bar.close()
     encoder.model.eval()
     encoder.model.to("cpu" if encoder.device == "cpu" else encoder.device)
 

@@ -37,13 +37,17 @@ def write_logs(path, n=150, seed=0):
     return path
 
 
-def run_train(data, out, *extra):
+def train_process(data, out, *extra, quiet=True) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(data), "--out", str(out),
-           "--steps", "60", "--perf-epochs", "5", "--oof-folds", "2", "--boost-steps", "20", "--quiet",
-           "--cache-dir", str(out.parent / "cache"), *extra]
+           "--steps", "60", "--perf-epochs", "5", "--oof-folds", "2", "--boost-steps", "20",
+           "--cache-dir", str(out.parent / "cache"), *extra, *(["--quiet"] if quiet else [])]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return done
+
+
+def run_train(data, out, *extra):
+    return json.loads(train_process(data, out, *extra).stdout)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +130,8 @@ def test_finetune_encoder_ships_the_tuned_encoder_in_the_artifact(trained):
     from litellm_proteus.predictor import Candidate, ProteusPredictor
 
     base, data, _ = trained
-    run_train(data, base / "ft", "--finetune-encoder", "--finetune-epochs", "1")
+    done = train_process(data, base / "ft", "--finetune-encoder", "--finetune-epochs", "1", quiet=False)
+    assert "fine-tuning the encoder" in done.stderr  # the slow step shows progress
     _, manifest = load_artifact(base / "ft")
     assert manifest.encoder.bundled and (base / "ft" / manifest.encoder.name / "config.json").is_file()
     predictor = ProteusPredictor(base / "ft", device="cpu")
