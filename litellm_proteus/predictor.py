@@ -70,13 +70,15 @@ class ProteusPredictor:
         backend: str = "auto",
         max_tokens: int | None = None,
         truncation: str | None = None,
+        max_batch_tokens: int | None = None,
     ):
         """Speed options (see ``encoder.py``): ``backend`` auto|hf|fused (equal to the training
         encoder to ~1e-7), ``memory_cache`` = in-process LRU entries (exact; 0 = off), ``precision``
         auto (default: fp16 on CUDA, bf16 on CPUs with native bf16, else fp32; ``proteus eval
         --precision`` measures its routing) |fp32|bf16|fp16, ``quantize`` None|"int8" (moves
         embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
-        override the artifact's length policy (changes embeddings)."""
+        override the artifact's length policy (changes embeddings), ``max_batch_tokens`` = padded
+        tokens per forward pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit)."""
         import torch
 
         from .encoder import TextEncoder, resolve_device
@@ -100,6 +102,7 @@ class ProteusPredictor:
             quantize=quantize,
             memory_cache=memory_cache,
             backend=backend,
+            max_batch_tokens=max_batch_tokens,
         )
         if self.encoder.embed_dim != spec.embed_dim:
             raise ValueError(

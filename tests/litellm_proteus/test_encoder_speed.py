@@ -136,6 +136,7 @@ def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
         ({"quantize": "int8", "precision": "bf16"}, "quantize 'int8' needs device 'cpu' and precision 'fp32'"),
         ({"backend": "onnx"}, "backend must be one of"),
         ({"memory_cache": -1}, "memory_cache must be >= 0"),
+        ({"max_batch_tokens": -1}, "max_batch_tokens must be >= 0"),
     ],
 )
 def test_bad_options_are_named(kwargs, message):
@@ -155,6 +156,22 @@ def test_cpu_batches_are_bucketed_by_length(hf_encoder, monkeypatch, prompts, re
     mixed = [p[:40] for p in prompts[:6]] + prompts[6:12]  # short and long in one call: several buckets
     expected = np.concatenate([TextEncoder.encode(hf_encoder, [p]) for p in mixed])
     assert np.abs(hf_encoder.encode(mixed) - expected).max() < 1e-5
+
+
+def test_cpu_forward_passes_are_cut_into_equal_parts_of_about_the_token_budget(hf_encoder, monkeypatch, prompts):
+    assert hf_encoder.max_batch_tokens == encoder_module.CPU_BATCH_TOKENS == 2048
+    order = list(range(32))
+    assert [len(c) for c in hf_encoder._buckets(order, [130] * 32)] == [16, 16]  # not 15 + 15 + 2
+    assert [len(c) for c in hf_encoder._buckets(order, [258] * 32)] == [8, 8, 8, 8]
+    assert hf_encoder._buckets(order, [34] * 32) == [order]  # 1,088 tokens: one pass
+    assert hf_encoder._buckets([0], [5000]) == [[0]]  # one prompt over the budget still runs
+    assert [len(c) for c in hf_encoder._buckets(list(range(27)), [130] * 27)] == [14, 13]
+    monkeypatch.setattr(hf_encoder, "max_batch_tokens", 0)  # 0 = no limit
+    assert hf_encoder._buckets(order, [258] * 32) == [order]
+    monkeypatch.setattr(hf_encoder, "max_batch_tokens", 64)  # cut into passes of ~2 rows: same embeddings
+    whole = TextEncoder.encode(hf_encoder, prompts[:8])
+    monkeypatch.setattr(hf_encoder, "max_batch_tokens", 0)
+    assert np.abs(whole - hf_encoder.encode(prompts[:8])).max() < 1e-5
 
 
 def test_fused_runner_follows_fine_tuning(prompts):

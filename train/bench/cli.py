@@ -75,6 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--max-tokens", type=int, default=None, help="override the artifact's encoder max_tokens")
     speed.add_argument("--truncation", default=None, choices=["head", "tail", "head_tail"],
                        help="override the artifact's truncation policy")
+    speed.add_argument("--max-batch-tokens", type=int, default=None,
+                       help="padded tokens per encoder forward pass (default: 2048 on CPU, no limit on CUDA; 0 = no limit)")
     speed.add_argument("--compare-reference", action="store_true",
                        help="also report embedding cosine and decision agreement vs the default fp32 encoder")
     grid = parser.add_argument_group("what to measure")
@@ -166,6 +168,7 @@ def predictor_options(args: argparse.Namespace) -> dict:
         "threads": args.threads,
         "max_tokens": args.max_tokens,
         "truncation": args.truncation,
+        "max_batch_tokens": args.max_batch_tokens,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -214,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
             max_tokens=args.max_tokens,
             truncation=args.truncation,
             backend=args.backend,
+            max_batch_tokens=args.max_batch_tokens,
             memory_cache=0,  # every measured decision encodes; cache hits are measured separately
         )
     except (ArtifactError, ValueError) as exc:
@@ -296,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
             "max_tokens": predictor.encoder.max_tokens,
             "truncation": predictor.encoder.truncation,
             "backend": predictor.encoder.backend,
+            "max_batch_tokens": predictor.encoder.max_batch_tokens,
             "openmp": openmp_settings(),
             "command": "proteus bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "bench" else None,
         },

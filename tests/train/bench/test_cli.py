@@ -45,6 +45,7 @@ def test_quick_bench_without_proxy(make_artifact, tmp_path, capsys):
     assert result["proxy"] is None and result["rss_source"] == "bench process"
     assert result["prompts_source"].startswith("bundled")
     assert result["settings"]["backend"] == "fused"
+    assert result["settings"]["max_batch_tokens"] == 2048  # the CPU default
     assert result["settings"]["precision"] == resolve_precision("auto", "cpu")  # the plugin's default
     assert set(result["settings"]["openmp"]) == {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS"}
     printed = capsys.readouterr().out
@@ -55,13 +56,14 @@ def test_reference_comparison_reports_quality(make_artifact, tmp_path):
     out = tmp_path / "out"
     code = main(["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--skip-proxy",
                  "--skip-concurrency", "--data", "none", "--device", "cpu", "--batches", "1", "--tokens", "32",
-                 "--precision", "bf16", "--compare-reference"])
+                 "--precision", "bf16", "--compare-reference", "--max-batch-tokens", "0"])
     assert code == 0
     result = json.loads((out / "bench.json").read_text())
     quality = result["quality"]
     assert quality["same_as_reference"] is False and quality["n_prompts"] >= 16
     assert 0.99 < quality["cosine_mean"] <= 1.0001 and 0.0 <= quality["decision_agreement"] <= 1.0
     assert result["concurrency"] == [] and result["settings"]["precision"] == "bf16"
+    assert result["settings"]["max_batch_tokens"] == 0  # the flag reaches the encoder
 
 
 @pytest.mark.parametrize(
