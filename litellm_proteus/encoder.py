@@ -68,8 +68,8 @@ _WHITESPACE = re.compile(r"\s")
 BUCKET_RATIO = 1.5
 # On CPU a run of similar-length prompts is cut into equal forward passes of about this many padded
 # tokens: wider passes push the activations (attention scores grow with length squared) out of the
-# caches.  Measured on 2 cores (bf16, the same prompts, order shuffled, paired): 32 prompts of 258
-# tokens as 4 passes of 8 took 0.82-0.90 of one pass; 32 x 130 tokens (2 x 16) and 8 x 258 (left
+# caches.  Measured on 2 cores (bf16, the same prompts, paired): 32 prompts of 258
+# tokens as 4 passes of 8 took 0.80-0.90 of one pass; 32 x 130 tokens (2 x 16) and 8 x 258 (left
 # whole) were unchanged (1.00).  ``max_batch_tokens`` overrides it (0 = no limit, CUDA's default).
 CPU_BATCH_TOKENS = 2048
 
