@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from train.ppo import calibrate, derive_tau_range, dual_update, masked_bce, reward
+from litellm_proteus.model import ModelConfig, ProteusModel
+from train.ppo import TrainConfig, calibrate, derive_tau_range, dual_update, fit_boosts, masked_bce, reward
 
 
 def test_dual_update_is_projected_gradient_step():
@@ -57,3 +58,30 @@ def test_calibration_is_monotone_and_conservative():
     # requested 0.83 needs a policy tau whose envelope accuracy >= 0.83 -> 0.84 (not 0.80)
     assert pol[np.isclose(req, 0.83)][0] == pytest.approx(0.84)
     assert pol[np.isclose(req, 0.82)][0] == pytest.approx(0.80)
+
+
+def _boost_case(offset: float, n: int = 4000, seed: int = 0):
+    """Two models; model 1 is right exactly where the predictor says it is likelier than model 0,
+    but its predictions are shifted down by ``offset`` (a systematic under-rating b can undo)."""
+    g = torch.Generator().manual_seed(seed)
+    p = torch.rand(n, 2, generator=g)
+    outcomes = torch.stack([(p[:, 0] >= p[:, 1]).float(), (p[:, 1] > p[:, 0]).float()], dim=-1)
+    p_seen = p - torch.tensor([0.0, offset])
+    model = ProteusModel(ModelConfig(embed_dim=4, n_models=2, hidden_dim=8))
+    return model, p_seen, outcomes
+
+
+def test_fit_boosts_falls_back_to_zero_when_argmax_p_routes_better():
+    # Predictions are already right: any boost can only move queries to the wrong model.
+    model, p, outcomes = _boost_case(offset=0.0)
+    accuracy = fit_boosts(model, p, outcomes, TrainConfig(data=["unused"], boost_steps=50))
+    assert torch.equal(model.boost, torch.zeros(2))
+    assert accuracy == pytest.approx(1.0)
+
+
+def test_fit_boosts_keeps_a_boost_that_undoes_systematic_underrating():
+    model, p, outcomes = _boost_case(offset=0.3)
+    plain = float(outcomes.gather(-1, p.argmax(-1, keepdim=True)).mean())
+    accuracy = fit_boosts(model, p, outcomes, TrainConfig(data=["unused"]))
+    assert float(model.boost[1] - model.boost[0]) > 0.1
+    assert accuracy > plain + 0.1
