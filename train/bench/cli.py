@@ -96,6 +96,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     proxy.add_argument("--proxy-callers", type=int, help="concurrent clients per round (default 8)")
     proxy.add_argument("--proxy-requests", type=int, help="requests per strategy (default 64)")
     proxy.add_argument("--proxy-tokens", type=int, default=128, help="prompt length sent through the proxies")
+    proxy.add_argument("--load-nice", type=int, default=0, metavar="N",
+                       help="run the load generator and mock upstream N (1-19) niceness steps below the proxies, "
+                            "as if they ran on other machines (Linux; default 0: equal priority)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: batches 1,8; tokens 32,128; callers 1,8; tiny budgets; 0.2 s upstream "
                         "(explicit flags still win)")
@@ -190,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"proteus bench: --{flag.replace('_', '-')} must be >= 1; got {getattr(args, flag)}")
     if args.threads is not None and args.threads < 1:
         raise SystemExit(f"proteus bench: --threads must be >= 1; got {args.threads}")
+    if not 0 <= args.load_nice <= 19:
+        raise SystemExit(f"proteus bench: --load-nice must be 0-19; got {args.load_nice}")
+    if args.load_nice and not sys.platform.startswith("linux"):
+        raise SystemExit("proteus bench: --load-nice needs Linux (per-thread niceness); use 0 elsewhere")
 
     from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, ArtifactError
     from litellm_proteus.model_thread import run_on_model_thread
@@ -245,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
             artifact=str(artifact.resolve()),
             threads=args.threads,
             strategy_args={"predictor_options": predictor_options(args)},
+            load_nice=args.load_nice,
         )
     if not args.skip_concurrency:
         from .concurrency import concurrency

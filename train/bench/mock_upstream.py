@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 
 from aiohttp import web
@@ -46,7 +47,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--delay", type=float, default=1.0, help="seconds before each answer")
+    parser.add_argument("--nice", type=int, default=0, help="run this many niceness steps below normal priority")
     args = parser.parse_args(argv)
+    if args.nice:
+        os.nice(args.nice)
     print(json.dumps({"listening": args.port, "delay_s": args.delay}), flush=True)
     web.run_app(build_app(args.delay), host="127.0.0.1", port=args.port, print=None, access_log=None)
 

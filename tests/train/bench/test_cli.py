@@ -92,11 +92,13 @@ def test_quick_bench_through_real_proxies(make_artifact, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     code = main(["bench", "--artifact", str(make_artifact()), "--out", "out", "--quick", "--data", "none",
-                 "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "2", "--threads", "1"])
+                 "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "2", "--threads", "1",
+                 "--load-nice", "2"])
     assert code == 0
     result = json.loads((out / "bench.json").read_text())
     check_common(result, [1], [32], [2])
     proxy = result["proxy"]
+    assert proxy["load_nice"] == 2  # client and mock upstream ran below the proxies' priority
     assert PROXY_KEYS <= set(proxy) and all(positive(proxy[k]) for k in PROXY_KEYS)
     assert proxy["requests"] == {"shuffle": 8, "proteus": 8} and proxy["errors"] == {"shuffle": 0, "proteus": 0}
     # every request was answered by the mock upstream, so neither p50 can beat its delay
@@ -118,3 +120,9 @@ def test_repeat_reports_medians_and_every_run(make_artifact, tmp_path, capsys):
         assert len(row["p50_ms_runs"]) == 3 and len(row["qps_runs"]) == 3
         assert min(row["p50_ms_runs"]) <= row["p50_ms"] <= max(row["p50_ms_runs"])  # the median of the runs
     assert "medians of 3 runs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["-1", "20"])
+def test_load_nice_out_of_range_names_the_flag(value):
+    with pytest.raises(SystemExit, match="--load-nice must be 0-19"):
+        main(["bench", "--load-nice", value, "--skip-proxy"])
