@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,22 +220,13 @@ def run_niced(fn: Callable[[], object], nice: int) -> object:
     before, is slowed down; the thread ends with the call, so nothing needs restoring."""
     if not nice:
         return fn()
-    outcome: dict[str, object] = {}
 
-    def target() -> None:
+    def lower_priority() -> None:
         tid = threading.get_native_id()
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-            outcome["value"] = fn()
-        except BaseException as exc:  # re-raised on the caller's thread
-            outcome["error"] = exc
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + nice)
 
-    thread = threading.Thread(target=target, name="bench-load")
-    thread.start()
-    thread.join()
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return outcome["value"]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-load", initializer=lower_priority) as pool:
+        return pool.submit(fn).result()  # re-raises fn's error here
 
 
 def proxy_bench(
