@@ -1,7 +1,7 @@
 """Send the accuracy target tau with each request, using the plain OpenAI SDK.
 
     # with the proxy from config.example.yaml running on 127.0.0.1:4000:
-    python examples/client_tau.py "Prove that sqrt(2) is irrational." --tau 0.79 0.82 0.85
+    python examples/client_tau.py "What is 17*23?" --tau 0.79 0.82 0.85
 
 tau travels in the request's ``metadata`` (``extra_body`` keeps the SDK from type-checking it; a
 numeric string such as ``metadata={"tau": "0.9"}`` in the SDK's own ``metadata`` argument works

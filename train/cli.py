@@ -27,6 +27,9 @@ HELP = {
     "calibration_margin": "validation accuracy must exceed the requested tau by this much",
     "prices": "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)",
     "skip_contaminated": "RouteLLM logs: drop prompts listed in contaminated_prompts.jsonl",
+    "static_encoder": "route on a static token table distilled from --encoder (bundled in the artifact; no "
+                      "transformer at routing time); --no-static-encoder runs the transformer per request; "
+                      "--finetune-encoder implies --no-static-encoder",
     "truncation": "which tokens of long prompts the encoder keeps: tail, head, head_tail",
 }
 

@@ -49,6 +49,7 @@ from litellm_proteus.model import INFERENCE_LAMBDA, ModelConfig, ProteusModel, r
 
 from .data import read_price_file
 from .data.logs import RoutingLog
+from .distill import cached_static_encoder, copy_static_encoder
 from .fitting import fit_early_stopping
 from .routing import fill_missing_costs
 
@@ -71,6 +72,11 @@ class TrainConfig:
     truncation: str = "tail"
     device: str = "auto"
     cache_dir: str | None = DEFAULT_CACHE_DIR
+    # Route on a static token table distilled from `encoder` (train/distill.py; bundled in the
+    # artifact) instead of running the transformer per request: same routing quality measured on
+    # RouterBench-partial and MMLU, ~1 ms instead of ~15 ms per decision on 2 CPU cores.
+    # --no-static-encoder keeps the transformer; --finetune-encoder implies it.
+    static_encoder: bool = True
     finetune_encoder: bool = False
     encoder_lr: float = 2e-5
     finetune_epochs: int = 2
@@ -531,10 +537,11 @@ def set_determinism(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def make_encoder(config: TrainConfig) -> TextEncoder:
+def make_encoder(config: TrainConfig, name: str | None = None) -> TextEncoder:
+    """The frozen encoder ``name`` (default: ``config.encoder``) with the embedding cache."""
     cache = os.path.join(config.cache_dir, "embeddings") if config.cache_dir else None
     return TextEncoder(
-        config.encoder,
+        name or config.encoder,
         device=config.device,
         max_tokens=config.max_tokens,
         truncation=config.truncation,  # type: ignore[arg-type]
@@ -542,7 +549,7 @@ def make_encoder(config: TrainConfig) -> TextEncoder:
     )
 
 
-FINETUNED_ENCODER_DIR = "encoder"
+BUNDLED_ENCODER_DIR = "encoder"  # a fine-tuned or static encoder travels inside the artifact
 
 
 def finetune_encoder(
@@ -620,7 +627,10 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     generator = torch.Generator().manual_seed(config.seed)
     data = load_training_data(config)
     parts = {name: np.flatnonzero(data.split == name) for name in ("train", "val", "test")}
-    encoder = make_encoder(config)
+    static_dir = None
+    if config.static_encoder and not config.finetune_encoder:  # fine-tuning trains the transformer itself
+        static_dir = cached_static_encoder(config.encoder, config.cache_dir, device=config.device, progress=config.progress)
+    encoder = make_encoder(config, str(static_dir) if static_dir else None)
     if config.finetune_encoder:
         finetune_encoder(encoder, data, parts["train"], config, generator)
     embeddings = encoder.encode(data.prompts, progress=config.progress)
@@ -697,11 +707,13 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     timings["total_s"] = time.perf_counter() - started
 
     train_config = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
+    bundled = config.finetune_encoder or static_dir is not None
     manifest = Manifest(
         models=data.models,
         encoder=EncoderSpec(
-            name=FINETUNED_ENCODER_DIR if config.finetune_encoder else config.encoder,
-            bundled=config.finetune_encoder,
+            name=BUNDLED_ENCODER_DIR if bundled else config.encoder,
+            bundled=bundled,
+            static_from=config.encoder if static_dir else None,
             embed_dim=encoder.embed_dim,
             max_tokens=config.max_tokens,
             truncation=config.truncation,
@@ -749,6 +761,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     )
     save_artifact(out_dir, model, manifest)
     if config.finetune_encoder:
-        encoder.model.save_pretrained(Path(out_dir) / FINETUNED_ENCODER_DIR)
-        encoder.tokenizer.save_pretrained(Path(out_dir) / FINETUNED_ENCODER_DIR)
+        encoder.model.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
+        encoder.tokenizer.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
+    if static_dir is not None:
+        copy_static_encoder(static_dir, Path(out_dir) / BUNDLED_ENCODER_DIR)
     return manifest

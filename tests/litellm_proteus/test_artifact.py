@@ -11,6 +11,7 @@ from litellm_proteus.artifact import (
     load_artifact,
     read_manifest,
 )
+from litellm_proteus.encoder import STATIC_TABLE_FILE
 
 
 def test_round_trip_preserves_weights_and_manifest(make_artifact):
@@ -95,7 +96,11 @@ def test_invalid_json(make_artifact):
 def test_bundled_default_artifact_loads():
     model, manifest = load_artifact()
     assert len(manifest.models) == 11 and "gpt-4-1106-preview" in manifest.models
-    assert manifest.encoder.name == "all-MiniLM-L6-v2"
+    # a static token table distilled from all-MiniLM-L6-v2 travels inside the artifact
+    assert manifest.encoder.bundled and manifest.encoder.static_from == "all-MiniLM-L6-v2"
+    assert manifest.encoder.embed_dim == 384
     lo, hi = manifest.tau_range
     assert 0 < lo < hi <= 1
     assert (DEFAULT_ARTIFACT_DIR / WEIGHTS_FILE).stat().st_size < 10 * 1024 * 1024
+    table = DEFAULT_ARTIFACT_DIR / manifest.encoder.name / STATIC_TABLE_FILE
+    assert table.stat().st_size < 30 * 1024 * 1024  # fp16, 30,522 x 384

