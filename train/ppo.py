@@ -3,7 +3,7 @@
 Pipeline (``train(config)``):
 
 1. load routing logs, assign train/val/test splits, embed every prompt with the frozen encoder
-   (on-disk cache);
+   (by default a static token table distilled from it once, ``train/distill.py``; on-disk cache);
 2. derive the tau training range from the train/val data (never the test split);
 3. fit the projection + performance head p_i(x) with masked BCE on the train split (early stopping on
    validation), and out-of-fold p_i(x) for every train row (5 folds).  PPO scores models with the

@@ -112,7 +112,7 @@ def test_help_lists_the_paper_flags():
         assert flag in done.stdout
 
 
-def test_logs_without_costs_train_with_a_user_price_table(tmp_path):
+def test_logs_without_costs_train_with_a_user_price_table(tmp_path, tiny_bert):
     rows = [{"prompt": f"Question {i}: what is {i} times {i + 1}?", "model-a": bool(i % 3), "model-b": bool(i % 2)}
             for i in range(120)]
     pd.DataFrame(rows).to_csv(tmp_path / "evals.csv", index=False)
@@ -122,7 +122,8 @@ def test_logs_without_costs_train_with_a_user_price_table(tmp_path):
     )
     assert missing.returncode != 0 and "model-a" in missing.stderr  # no price: the model is named
     (tmp_path / "prices.yaml").write_text("model-a: [10.0, 30.0]\nmodel-b: [0.6, 0.6]\n")
-    run_train(tmp_path / "evals.csv", tmp_path / "out", "--format", "routellm", "--prices", str(tmp_path / "prices.yaml"))
+    run_train(tmp_path / "evals.csv", tmp_path / "out", "--format", "routellm", "--prices", str(tmp_path / "prices.yaml"),
+              "--encoder", str(tiny_bert))  # a tiny encoder: this test is about prices
     _, manifest = load_artifact(tmp_path / "out")
     assert manifest.models == ["model-a", "model-b"]
     assert manifest.data.model_extra["prices"] == {"model-a": [10.0, 30.0], "model-b": [0.6, 0.6]}

@@ -73,11 +73,12 @@ def test_eval_rejects_data_without_the_artifacts_models(tmp_path, make_artifact)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("train.cli") is None, reason="the trainer (train.cli) is not there yet")
-def test_train_then_eval(tmp_path):
+def test_train_then_eval(tmp_path, tiny_bert):
     """The CI pipeline: a short real training run on a small log, then its evaluation with an ablation."""
     csv = write_synthetic_routerbench(tmp_path / "logs.csv", n=200)
     cache = str(tmp_path / "cache")
-    train = ["--data", str(csv), "--steps", "30", "--perf-epochs", "5", "--oof-folds", "2", "--quiet", "--cache-dir", cache]
+    train = ["--data", str(csv), "--steps", "30", "--perf-epochs", "5", "--oof-folds", "2", "--quiet", "--cache-dir", cache,
+             "--encoder", str(tiny_bert)]  # distilling a tiny BERT takes a second, MiniLM twenty
     assert main(["train", *train, "--out", str(tmp_path / "full")]) == 0
     assert main(["train", *train, "--out", str(tmp_path / "nocritic"), "--no-critic"]) == 0
     out = tmp_path / "eval"
