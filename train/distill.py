@@ -78,9 +78,12 @@ def cached_static_encoder(base: str, cache_dir: str | os.PathLike | None, *, dev
     if static_table_path(base) is not None:  # already a static folder
         return Path(base)
     if cache_dir is None:
+        import atexit
         import tempfile
 
-        return distill_static(base, tempfile.mkdtemp(prefix="proteus-static-"), device=device, progress=progress)
+        scratch = tempfile.mkdtemp(prefix="proteus-static-")
+        atexit.register(shutil.rmtree, scratch, True)  # the artifact keeps its own copy
+        return distill_static(base, scratch, device=device, progress=progress)
     key = hashlib.sha256(f"{base}|{RECIPE}".encode()).hexdigest()[:16]
     folder = Path(cache_dir) / "static" / key
     if static_table_path(str(folder)) is None:

@@ -77,6 +77,9 @@ def test_the_cache_distils_once_per_base_encoder(tiny_bert, tmp_path, monkeypatc
     monkeypatch.setattr(distill, "distill_static", lambda *a, **k: pytest.fail("distilled again"))
     assert cached_static_encoder(str(tiny_bert), tmp_path, device="cpu") == first
     assert cached_static_encoder(str(first), tmp_path) == first  # a static folder is used as it is
+    monkeypatch.undo()
+    scratch = cached_static_encoder(str(tiny_bert), None, device="cpu")  # no cache: a temp folder, removed at exit
+    assert (scratch / STATIC_TABLE_FILE).is_file() and scratch.parent != tmp_path / "static"
 
 
 def test_cli_writes_a_folder_usable_as_an_encoder(tiny_bert, tmp_path):
