@@ -485,6 +485,11 @@ class TextEncoder:
         return base
 
     # -- tokenisation ---------------------------------------------------------------------------
+    @property
+    def special_ids(self) -> tuple[list[int], list[int]]:
+        """(ids before, ids after) the content of every encoded sequence, e.g. ([CLS], [SEP])."""
+        return list(self._prefix), list(self._suffix)
+
     def _special_template(self) -> tuple[list[int], list[int]]:
         """The special ids the tokenizer wraps a sequence in ([CLS] ... [SEP] for BERT/DeBERTa),
         learnt from one probe so truncation can happen on content ids for any tokenizer."""

@@ -43,7 +43,7 @@ def distill_static(
     encoder = TextEncoder(base, device=device, backend="hf")  # its tokenizer and special-token template
     if encoder.model is None:
         raise ValueError(f"encoder {base!r} is already static")
-    prefix, suffix = encoder._prefix, encoder._suffix
+    prefix, suffix = encoder.special_ids
     n_tokens = min(len(encoder.tokenizer), encoder.model.get_input_embeddings().num_embeddings)
     table = np.zeros((n_tokens, encoder.embed_dim), dtype=np.float32)
     bar = None
