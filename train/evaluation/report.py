@@ -196,6 +196,34 @@ def compare_tau_baseline(rows: list[dict], base: list[dict], name: str, note: st
     return " ".join(out)
 
 
+def headroom_text(h: dict) -> str:
+    """Whether any quality-seeking routing beats the best single model, on validation and on test."""
+    rows = h["routers"]
+    mu1 = rows["PROTEUS (mu = 1)"]
+    others = {k: v for k, v in rows.items() if not k.startswith("PROTEUS")}
+    best_name = max(others, key=lambda k: others[k]["val_gain_pp"]) if others else None
+    bv, bt, margin_pp = h["best_single_val"], h["best_single_test"], h["calibration_margin"] * 100
+    signed = lambda x: f"{x:+.1f}"  # noqa: E731
+    text = (
+        f"**Headroom above the best single model**: on validation, always-{bv['model']} gets {pct(bv['accuracy'])}%; "
+        f"PROTEUS at mu = 1 (argmax p + b) gets {pct(mu1['val_accuracy'])}% ({signed(mu1['val_gain_pp'])} pp)"
+        + (f" and the best baseline routing ({best_name}) {pct(others[best_name]['val_accuracy'])}% "
+           f"({signed(others[best_name]['val_gain_pp'])} pp)" if best_name else "")
+        + f" (oracle {pct(h['oracle_val'])}%). "
+    )
+    if h["val_gain_exceeds_margin"]:
+        text += (f"The best gain clears the {margin_pp:.1f} pp calibration margin, so taus above the best single model "
+                 "can be promised from this data. ")
+    else:
+        text += (f"No routing clears the best single model by the {margin_pp:.1f} pp calibration margin, so no tau above it "
+                 "can be promised honestly from this data (the declared top is the calibrated ceiling minus that margin). ")
+    lo, hi = mu1["test_gain_ci_pp"]
+    return text + (
+        f"On test, PROTEUS at mu = 1 gains {signed(mu1['test_gain_pp'])} pp [{signed(lo)}, {signed(hi)}] over "
+        f"always-{bt['model']} (paired bootstrap 95% CI)."
+    )
+
+
 def table2_text(m: dict) -> str:
     a, rows = m["adaptability"], m["per_tau"]
     out = []
@@ -231,6 +259,8 @@ def table2_text(m: dict) -> str:
         f"{'reaches above' if acc_ok['tau_hi_above_best_single_test'] else '**does not reach above**'} the best single model "
         f"({best['model']}, {pct(best['accuracy'])}% on test)."
     )
+    if "headroom" in m:
+        out.append(headroom_text(m["headroom"]))
     detail = m["max_compliant_tau_detail"]
     if detail["grid"]:
         mct = m["max_compliant_tau"]

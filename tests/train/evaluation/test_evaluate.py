@@ -10,16 +10,18 @@ import pytest
 import torch
 
 from train.evaluation.baselines import BASELINE_NAMES
+from train.evaluation.baselines import Routed, Router, Split
 from train.evaluation.evaluate import (
     Curve,
     EvalConfig,
     ProteusRouter,
     adaptability,
     evaluate,
+    headroom,
     max_compliant_tau,
     tau_grid,
 )
-from train.evaluation.metrics import json_safe
+from train.evaluation.metrics import Bootstrap, json_safe
 from train.evaluation.plots import FIGURES, write_figures
 from train.evaluation.report import render
 
@@ -120,6 +122,64 @@ def test_numbers_are_consistent(result):
         assert row["limit_cost_per_1k"] is None or row["limit_cost_per_1k"] >= 0
     costs = [r["cost_per_1k"] for r in m["limit"]]
     assert costs == sorted(costs)
+
+
+class HindsightRouter(Router):
+    """Routes each row to its first correct model (model 0 when none is): a known, data-peeking gain."""
+
+    name = "MLP"
+
+    def __init__(self, splits: list[Split]):
+        self.lookup = {s.emb.tobytes(): s.scores for s in splits}
+
+    def route(self, emb, costs, tau=None):
+        scores = self.lookup[np.asarray(emb, dtype=np.float32).tobytes()]
+        return Routed(np.argmax(scores > 0.5, axis=1))
+
+
+def test_headroom_on_a_known_case(synth_splits, build_random_artifact):
+    from .conftest import SYNTH_MODELS
+
+    _, val, test = synth_splits
+    model, manifest = build_random_artifact(SYNTH_MODELS, tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8))
+    proteus = ProteusRouter(model, manifest)
+    boot = Bootstrap(len(test), 300, seed=0)
+    room = headroom(proteus, {"MLP": HindsightRouter([val, test])}, val, test, boot, margin=0.02)
+
+    best_val, best_test = val.scores.mean(0).max(), test.scores.mean(0).max()
+    assert room["best_single_val"] == {"model": SYNTH_MODELS[int(val.scores.mean(0).argmax())], "accuracy": pytest.approx(best_val)}
+    assert room["best_single_test"]["accuracy"] == pytest.approx(best_test)
+    oracle_val, oracle_test = val.scores.max(1).mean(), test.scores.max(1).mean()
+    assert room["oracle_val"] == pytest.approx(oracle_val)
+    hindsight = room["routers"]["MLP"]  # routes like the oracle: its gain is the oracle's
+    assert hindsight["val_accuracy"] == pytest.approx(oracle_val)
+    assert hindsight["val_gain_pp"] == pytest.approx((oracle_val - best_val) * 100)
+    assert hindsight["test_gain_pp"] == pytest.approx((oracle_test - best_test) * 100)
+    lo, hi = hindsight["test_gain_ci_pp"]
+    assert 0 < lo <= hindsight["test_gain_pp"] <= hi
+    assert room["max_val_gain_pp"] == pytest.approx(hindsight["val_gain_pp"])
+    assert oracle_val - best_val > 0.02 and room["val_gain_exceeds_margin"] is True
+    # PROTEUS at mu = 1 is argmax p + b, whatever tau
+    quality = proteus.quality_choice(test.emb, test.costs)
+    with torch.no_grad():
+        p = torch.sigmoid(model.performance_logits(model.embed(torch.as_tensor(test.emb)))).numpy()
+    assert (quality == (p + model.boost.detach().numpy()).argmax(1)).all()
+    row = room["routers"]["PROTEUS (mu = 1)"]
+    assert row["test_accuracy"] == pytest.approx(test.scores[np.arange(len(test)), quality].mean())
+    assert set(room["routers"]) == {"PROTEUS (mu = 1)", "PROTEUS (top of range)", "MLP"}
+    # a margin no routing clears
+    assert headroom(proteus, {}, val, test, boot, margin=1.0)["val_gain_exceeds_margin"] is False
+
+
+def test_headroom_in_metrics_and_report(result):
+    room = result.metrics["headroom"]
+    assert set(room["routers"]) == {"PROTEUS (mu = 1)", "PROTEUS (top of range)", "MLP", "CARROT-Quality"}
+    top = room["routers"]["PROTEUS (top of range)"]
+    assert top["test_accuracy"] == pytest.approx(result.metrics["per_tau"][-1]["accuracy"])
+    text = render(result.metrics)
+    assert "Headroom above the best single model" in text
+    claim = "can be promised from this data" if room["val_gain_exceeds_margin"] else "can be promised honestly"
+    assert claim in text
 
 
 def test_ablation_rows(result):
