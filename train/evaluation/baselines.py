@@ -230,6 +230,12 @@ class KnobTable:
         self.margin = margin
         self.best = int(np.argmax(self.val_accuracy))
 
+    @property
+    def validated_top(self) -> float:
+        """The highest tau whose knob validation shows meeting tau + margin; above it ``knob`` falls
+        back to the most accurate setting, a promise the router could not have declared."""
+        return float(self.envelope[-1] - self.margin)
+
     def index(self, tau: float | np.ndarray) -> np.ndarray:
         taus = np.atleast_1d(np.asarray(tau, dtype=np.float64))
         idx = np.searchsorted(self.envelope, taus + self.margin - 1e-12, side="left")
@@ -253,6 +259,11 @@ class Router:
 
     def route(self, emb: np.ndarray, costs: np.ndarray, tau: float | np.ndarray | None = None) -> Routed:
         raise NotImplementedError
+
+    def validated_top(self) -> float | None:
+        """Tau-capable routers tuned on validation: the highest tau their validation supports."""
+        table = getattr(self, "table", None)
+        return table.validated_top if isinstance(table, KnobTable) else None
 
 
 class RandomRouter(Router):

@@ -19,6 +19,10 @@
   paper's "2-7 s") and Cost_max = the cost of always routing to the most expensive model.
 - tau-mu correlation: Pearson correlation between the tau grid and PROTEUS's mean mu at each tau
   (``tau_mu_corr``); the per-query pooled correlation is also reported (``tau_mu_corr_pooled``).
+- A tau-capable baseline tuned on validation (Calibrated-Threshold, OmniRouter-Style) serves a tau
+  beyond what its validation supports with its most accurate setting; ``baselines_validated_top``
+  gives that limit and each ``baselines_per_tau`` row says whether its tau is within it
+  (``validated``): PROTEUS would not declare such a tau.
 - Headroom (``headroom``): whether routing can beat always-the-best-single-model on this data at all.
   Quality-seeking routings are scored on validation against validation's best single model and on
   test against test's (paired bootstrap CI of the per-query difference); the declared range can only
@@ -359,6 +363,10 @@ def evaluate(
     curves = {r.name: sweep(r, test, grid) for r in routers if r.tau_capable}
     per_tau = curves[PROTEUS].rows(boot, limit)
     baselines_per_tau = {name: c.rows(boot, limit) for name, c in curves.items() if name != PROTEUS}
+    validated_top = {r.name: r.validated_top() for r in routers if r.tau_capable and r.name != PROTEUS}
+    for name, rows_ in baselines_per_tau.items():
+        for row in rows_:
+            row["validated"] = validated_top[name] is None or row["tau"] <= validated_top[name] + 1e-9
     adapt = adaptability(curves[PROTEUS])
     adapt["floor_compliance_ci_low"] = float(np.mean([r["meets_floor_ci_low"] for r in per_tau]))
 
@@ -450,6 +458,7 @@ def evaluate(
             "routers": compliance,
         },
         "baselines_per_tau": baselines_per_tau,
+        "baselines_validated_top": validated_top,
         "tiers": tier_rows,
         "dynamic": dynamic,
         "dynamic_baselines": dynamic_baselines,

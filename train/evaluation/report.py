@@ -156,10 +156,13 @@ def table2(m: dict) -> list[str]:
                 usd(row["cost_per_1k"])]
         for name in TAU_CAPABLE:
             b = base[name][j]
-            line += [f"{pct(b['accuracy'])}{'' if b['meets_floor'] else ' (miss)'}", usd(b["cost_per_1k"])]
+            marks = ("" if b["meets_floor"] else " (miss)") + ("" if b.get("validated", True) else " *")
+            line += [f"{pct(b['accuracy'])}{marks}", usd(b["cost_per_1k"])]
         line.append(usd(row.get("limit_cost_per_1k")))
         rows.append(line)
     lines += _table(header, rows)
+    if any(not b.get("validated", True) for rows_ in base.values() for b in rows_):
+        lines += ["", "\\* beyond the tau its own validation supports (it routes with its most accurate setting there)."]
     lines += ["", "*Dynamic tau schedules (rolling windows; floor satisfaction = share of windows with accuracy >= mean tau)*", ""]
     dyn_rows = []
     for scenario, s in m["dynamic"].items():
@@ -175,10 +178,14 @@ def table2(m: dict) -> list[str]:
     return lines
 
 
-def compare_tau_baseline(rows: list[dict], base: list[dict], name: str, note: str) -> str:
+def compare_tau_baseline(rows: list[dict], base: list[dict], name: str, note: str, validated_top: float | None = None) -> str:
     """PROTEUS against a tau-capable baseline: compliance, and cost where both keep the floor."""
     taus = lambda pairs: ", ".join(f"{p['tau']:.3f}" for p, _ in pairs)  # noqa: E731
     out = [f"{name} ({note}) meets the floor at {pct(sum(b['meets_floor'] for b in base) / len(base), 0)}% of levels."]
+    beyond = [(p, b) for p, b in zip(rows, base) if not b.get("validated", True)]
+    if beyond and validated_top is not None:
+        out.append(f"Its own validation supports taus up to {validated_top:.3f} only: at tau = {taus(beyond)} it routes with "
+                   "its most accurate setting, a promise it could not have declared.")
     both = [(p, b) for p, b in zip(rows, base) if p["meets_floor"] and b["meets_floor"]]
     if both:
         cheaper = [(p, b) for p, b in both if p["cost_per_1k"] < b["cost_per_1k"] - 1e-12]
@@ -250,7 +257,7 @@ def table2_text(m: dict) -> str:
         ("Calibrated-Threshold", "what an operator does today, tuned per tau on validation"),
         ("OmniRouter-Style", "the paper reports 22% floor compliance for OmniRouter on RouterBench"),
     ):
-        out.append(compare_tau_baseline(rows, m["baselines_per_tau"][name], name, note))
+        out.append(compare_tau_baseline(rows, m["baselines_per_tau"][name], name, note, m.get("baselines_validated_top", {}).get(name)))
     acc_ok = m["acceptance"]
     best = m["best_single_test"]
     out.append(

@@ -119,6 +119,15 @@ def test_knob_table_uses_the_lower_envelope():
     assert table.knob(0.75).tolist() == [0.5]  # unreachable on the envelope: the best raw accuracy
     assert table.knob(np.array([0.55, 0.7])).tolist() == [0.0, 0.5]
     assert KnobTable(np.array([0.0, 1.0]), np.array([0.6, 0.9]), margin=0.05).knob(0.58).tolist() == [1.0]
+    # the highest tau validation supports: the envelope's top minus the margin
+    assert table.validated_top == pytest.approx(0.7)
+    assert KnobTable(np.array([0.0, 1.0]), np.array([0.6, 0.9]), margin=0.05).validated_top == pytest.approx(0.85)
+
+
+def test_validated_top_of_routers(synth_ctx):
+    router = CalibratedThresholdRouter().fit(synth_ctx)
+    assert router.validated_top() == pytest.approx(router.table.envelope[-1] - synth_ctx.margin)
+    assert MLPRouter().fit(synth_ctx).validated_top() is None  # not tuned per tau
 
 
 def test_calibrated_threshold_choice_rule():

@@ -182,6 +182,22 @@ def test_headroom_in_metrics_and_report(result):
     assert claim in text
 
 
+def test_baselines_beyond_their_validated_range_are_marked(result):
+    m = result.metrics
+    assert set(m["baselines_validated_top"]) == {"Calibrated-Threshold", "OmniRouter-Style"}
+    for name, rows in m["baselines_per_tau"].items():
+        top = m["baselines_validated_top"][name]
+        assert [r["validated"] for r in rows] == [r["tau"] <= top + 1e-9 for r in rows]
+    # a baseline whose validation supports none of the grid: every row marked, and the report says so
+    capped = json.loads(json.dumps(json_safe(m)))
+    capped["baselines_validated_top"]["OmniRouter-Style"] = 0.5
+    for row in capped["baselines_per_tau"]["OmniRouter-Style"]:
+        row["validated"] = False
+    text = render(capped)
+    assert "OmniRouter-Style" in text and "Its own validation supports taus up to 0.500 only" in text
+    assert "beyond the tau its own validation supports" in text
+
+
 def test_ablation_rows(result):
     row = result.metrics["ablations"]["-Critic"]
     full = result.metrics["routers"]["PROTEUS"]
