@@ -100,6 +100,7 @@ class ProteusRouter(Router):
 
     def quality_choice(self, emb: np.ndarray, costs: np.ndarray) -> np.ndarray:
         """Routing at mu = 1, where eq. 2 loses its cost term: argmax_i p_i(x) + b_i."""
+        # p_i(x) does not depend on tau: any tau in range gives it
         p = route_log(self.model, self.manifest, emb, costs, self.manifest.tau_range[1]).p
         return (p + self.model.boost.detach().numpy()).argmax(axis=1)
 
