@@ -253,6 +253,7 @@ class Router:
     tau_capable: ClassVar[bool] = False  # takes tau as input
     per_query_tau: ClassVar[bool] = False  # can take a different tau for every query
     has_latency: ClassVar[bool] = True  # False: a static rule (RE is N/A, t_router = 0 in RPI)
+    table: KnobTable | None = None  # tau -> knob, for the routers tuned per tau on validation
 
     def fit(self, ctx: FitContext) -> "Router":
         return self
@@ -262,8 +263,7 @@ class Router:
 
     def validated_top(self) -> float | None:
         """Tau-capable routers tuned on validation: the highest tau their validation supports."""
-        table = getattr(self, "table", None)
-        return table.validated_top if isinstance(table, KnobTable) else None
+        return self.table.validated_top if self.table is not None else None
 
 
 class RandomRouter(Router):
