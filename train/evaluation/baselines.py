@@ -27,6 +27,10 @@ probabilities for Random).  Choices where the paper is silent:
 - Calibrated-Threshold (what an operator does today): route to the cheapest model whose predicted p_i
   clears a threshold t (none clears: the argmax p_i); for each tau, t is picked on validation.
 
+Not a paper baseline: Pairwise-Switch, the headroom probe of ``evaluate.headroom`` (stays with the
+best single model unless a classifier of who is right where the two disagree expects another model
+to win; see ``PairwiseSwitchPredictor``).
+
 Tuning the tau-capable baselines on validation uses the same rule as PROTEUS's own calibration
 (``train/ppo.py``): on the non-decreasing lower envelope of validation accuracy versus the knob,
 take the smallest knob whose accuracy reaches tau + the artifact's calibration margin; when no knob
@@ -41,6 +45,7 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+from scipy.special import expit
 from torch import nn
 from torch.nn import functional as F
 
@@ -180,6 +185,88 @@ class KNNPredictor:
         return out
 
 
+class PairwiseSwitchPredictor:
+    """Who is right where the anchor model (the best single model) and model j disagree?
+
+    For every other model j, a logistic regression on the standardised embeddings of the train rows
+    where both are observed and their outcomes differ, labelled "j scored higher", weighted by the
+    size of the difference (1 for 0/1 outcomes); its L2 strength is picked per j on the same rows of
+    validation (weighted log-loss).  The predicted win probability q_j(x) decides the switch exactly:
+    E[y_j - y_anchor | x] = P(disagree | x) * (2 q_j(x) - 1), so j is expected to beat the anchor
+    iff q_j(x) > 1/2, whatever P(disagree | x) is.  Rows where the two agree carry no information
+    about switching, which is why the classifier sees only the others: shared difficulty cancels.
+    """
+
+    STRENGTHS: ClassVar[tuple[float, ...]] = (1e-2, 1e-1, 1.0, 10.0, 100.0)  # 100: q ~ the base rate
+
+    def __init__(self, train: Split, val: Split, anchor: int):
+        self.anchor, self.n_models = anchor, train.n_models
+        self.mean = train.emb.mean(axis=0)
+        self.scale = np.maximum(train.emb.std(axis=0), 1e-6)
+        self.heads: dict[int, tuple[np.ndarray, float]] = {}  # j -> (weights, bias)
+        x_train, x_val = self._features(train.emb), self._features(val.emb)
+        for j in range(train.n_models):
+            if j == anchor:
+                continue
+            fit_rows = self._disagreements(train, j)
+            if fit_rows is None:
+                continue  # never disagree on train (or j never wins / never loses): no evidence to switch
+            val_rows = self._disagreements(val, j, need_both=False)
+            fits = [self._logistic(x_train, *fit_rows, strength) for strength in self.STRENGTHS]
+            if val_rows is not None:
+                losses = [self._loss(x_val, *val_rows, *fit) for fit in fits]
+                self.heads[j] = fits[int(np.argmin(losses))]
+            else:  # no disagreement on validation to choose by: the middle strength
+                self.heads[j] = fits[len(fits) // 2]
+
+    def _features(self, emb: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor((emb - self.mean) / self.scale, dtype=torch.float64)
+
+    def _disagreements(self, split: Split, j: int, need_both: bool = True):
+        diff = split.scores[:, j] - split.scores[:, self.anchor]
+        rows = np.flatnonzero(np.isfinite(diff) & (np.abs(np.nan_to_num(diff)) > 1e-9))
+        wins = diff[rows] > 0
+        if rows.size == 0 or (need_both and (wins.all() or not wins.any())):
+            return None
+        return rows, torch.as_tensor(wins, dtype=torch.float64), torch.as_tensor(np.abs(diff[rows]), dtype=torch.float64)
+
+    @staticmethod
+    def _loss(x, rows, wins, weight, w, b) -> float:
+        logits = x[rows] @ torch.as_tensor(w) + b
+        return float((F.binary_cross_entropy_with_logits(logits, wins, reduction="none") * weight).sum() / weight.sum())
+
+    @staticmethod
+    def _logistic(x, rows, wins, weight, strength: float) -> tuple[np.ndarray, float]:
+        """Weighted L2-regularised logistic regression, full-batch L-BFGS (convex: converges)."""
+        xs = x[rows]
+        w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
+        b = torch.zeros((), dtype=torch.float64, requires_grad=True)
+        opt = torch.optim.LBFGS([w, b], max_iter=200, line_search_fn="strong_wolfe")
+
+        def closure():
+            opt.zero_grad()
+            loss = (F.binary_cross_entropy_with_logits(xs @ w + b, wins, reduction="none") * weight).sum() / weight.sum()
+            loss = loss + 0.5 * strength * (w @ w)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        return w.detach().numpy().copy(), float(b.detach())
+
+    def win_probability(self, emb: np.ndarray) -> np.ndarray:
+        """[N, K] q_j(x); 0 for the anchor and for models with no head (never switched to)."""
+        x = self._features(emb).numpy()
+        out = np.zeros((len(emb), self.n_models))
+        for j, (w, b) in self.heads.items():
+            out[:, j] = expit(x @ w + b)
+        return out
+
+    def choose(self, emb: np.ndarray) -> np.ndarray:
+        """The model with the highest win probability where it exceeds 1/2, else the anchor."""
+        q = self.win_probability(emb)
+        return np.where(q.max(axis=1) > 0.5, q.argmax(axis=1), self.anchor)
+
+
 def _unit(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
@@ -208,6 +295,11 @@ class FitContext:
 
     def best_classifier(self) -> BestModelClassifier:
         return self._get("best", lambda: BestModelClassifier(self.train, self.val, self.seed))
+
+    def best_single_model(self) -> int:
+        """The model with the highest mean accuracy on train + validation (never the test split)."""
+        scores = np.concatenate([self.train.scores, self.val.scores])
+        return int(np.nanargmax(np.nanmean(scores, axis=0)))
 
     @property
     def cost_scale(self) -> float:
@@ -297,8 +389,7 @@ class BestFixedRouter(FixedRouter):
     name = "BestFixed"
 
     def fit(self, ctx):
-        scores = np.concatenate([ctx.train.scores, ctx.val.scores])
-        self.model_index = int(np.nanargmax(np.nanmean(scores, axis=0)))
+        self.model_index = ctx.best_single_model()
         return self
 
 
@@ -325,6 +416,22 @@ class MLPRouter(Router):
 
     def route(self, emb, costs, tau=None):
         return Routed(cheapest_argmax(self.predictor.predict(emb), costs))
+
+
+class PairwiseSwitchRouter(Router):
+    """Not a paper baseline: the headroom probe (``evaluate.headroom``).  Stays with the best single
+    model of train + validation unless a pairwise classifier expects another model to beat it on
+    this query (``PairwiseSwitchPredictor``) -- the most direct test of whether routing can beat
+    always-the-best-model on these embeddings."""
+
+    name = "Pairwise-Switch"
+
+    def fit(self, ctx):
+        self.predictor = PairwiseSwitchPredictor(ctx.train, ctx.val, ctx.best_single_model())
+        return self
+
+    def route(self, emb, costs, tau=None):
+        return Routed(self.predictor.choose(emb))
 
 
 class CarrotRouter(Router):

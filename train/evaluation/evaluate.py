@@ -27,6 +27,9 @@
   Quality-seeking routings are scored on validation against validation's best single model and on
   test against test's (paired bootstrap CI of the per-query difference); the declared range can only
   honestly pass the best single model where the validation gain exceeds the calibration margin.
+  Besides PROTEUS and the paper's quality-seeking baselines, a probe that is not a paper baseline
+  (Pairwise-Switch: per model, a classifier of who is right where it and the best single model
+  disagree) scores the most direct switching rule there is.
 - Tiers split tau_range into three equal parts (Economy, Standard, Premium); a tier's accuracy and
   cost are the means over 5 evenly spaced taus in it; ``margin_pp`` = accuracy - the tier's middle
   tau (the paper's "margin"), ``worst_margin_pp`` = the smallest accuracy - tau inside the tier.
@@ -44,7 +47,7 @@ from litellm_proteus.model import ProteusModel
 
 from ..routing import route_log
 from . import dynamic as dyn
-from .baselines import FitContext, FixedRouter, Routed, Router, Split, fit_baselines
+from .baselines import FitContext, FixedRouter, PairwiseSwitchRouter, Routed, Router, Split, fit_baselines
 from .limit import limit_curve
 from .metrics import (
     Bootstrap,
@@ -230,7 +233,7 @@ def tiers(router: Router, test: Split, tau_range: tuple[float, float], per_tier:
     return rows
 
 
-HEADROOM_BASELINES: tuple[str, ...] = ("MLP", "CARROT-Quality")
+HEADROOM_BASELINES: tuple[str, ...] = ("MLP", "CARROT-Quality", "Pairwise-Switch")
 
 
 def headroom(
@@ -244,7 +247,8 @@ def headroom(
     are scored on validation against validation's best single model, and on test against test's with
     a paired bootstrap CI of the per-query difference.  PROTEUS's declared top is its calibrated
     ceiling minus ``margin``; it can only pass the best single model where a routing's validation
-    gain exceeds the margin."""
+    gain exceeds the margin.  With the Pairwise-Switch probe among ``baselines``, ``pairwise_switch``
+    also says on how many validation queries any model is expected to beat the anchor at all."""
     models, top = proteus.manifest.models, proteus.manifest.tau_range[1]
     choices = {
         "PROTEUS (mu = 1)": lambda s: proteus.quality_choice(s.emb, s.costs),
@@ -265,7 +269,7 @@ def headroom(
             "test_gain_ci_pp": [float(low) * 100, float(high) * 100],
         }
     max_gain = max(r["val_gain_pp"] for r in rows.values())
-    return {
+    out = {
         "best_single_val": {"model": models[best["val"]], "accuracy": float(val.scores[:, best["val"]].mean())},
         "best_single_test": {"model": models[best["test"]], "accuracy": float(test.scores[:, best["test"]].mean())},
         "oracle_val": float(val.scores.max(axis=1).mean()),
@@ -274,6 +278,15 @@ def headroom(
         "max_val_gain_pp": max_gain,
         "val_gain_exceeds_margin": bool(max_gain > margin * 100),
     }
+    switch = baselines.get(PairwiseSwitchRouter.name)
+    if isinstance(switch, PairwiseSwitchRouter):
+        win = switch.predictor.win_probability(val.emb).max(axis=1)
+        out["pairwise_switch"] = {
+            "anchor": models[switch.predictor.anchor],
+            "val_switch_share": float(np.mean(win > 0.5)),
+            "val_max_win_probability": float(win.max()) if len(win) else 0.0,
+        }
+    return out
 
 
 def _router_row(
@@ -382,7 +395,8 @@ def evaluate(
             value, first_miss = max_compliant_tau(sweep(router, test, compliance_grid))
             compliance[router.name] = {"max_compliant_tau": value, "first_miss": first_miss}
 
-    room = headroom(proteus, {r.name: r for r in routers}, val, test, boot, float(manifest.calibration.margin))
+    probes = {r.name: r for r in routers} | {PairwiseSwitchRouter.name: PairwiseSwitchRouter().fit(ctx)}
+    room = headroom(proteus, probes, val, test, boot, float(manifest.calibration.margin))
 
     say("tiers, dynamic scenarios and the limit")
     tier_rows = tiers(proteus, test, (lo, hi))

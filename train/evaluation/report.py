@@ -214,7 +214,7 @@ def headroom_text(h: dict) -> str:
     text = (
         f"**Headroom above the best single model**: on validation, always-{bv['model']} gets {pct(bv['accuracy'])}%; "
         f"PROTEUS at mu = 1 (argmax p + b) gets {pct(mu1['val_accuracy'])}% ({signed(mu1['val_gain_pp'])} pp)"
-        + (f" and the best baseline routing ({best_name}) {pct(others[best_name]['val_accuracy'])}% "
+        + (f" and the best other routing ({best_name}) {pct(others[best_name]['val_accuracy'])}% "
            f"({signed(others[best_name]['val_gain_pp'])} pp)" if best_name else "")
         + f" (oracle {pct(h['oracle_val'])}%). "
     )
@@ -224,6 +224,15 @@ def headroom_text(h: dict) -> str:
     else:
         text += (f"No routing clears the best single model by the {margin_pp:.1f} pp calibration margin, so no tau above it "
                  "can be promised honestly from this data (the declared top is the calibrated ceiling minus that margin). ")
+    switch = h.get("pairwise_switch")
+    if switch:
+        text += (
+            f"Where {switch['anchor']} and another model disagree, a classifier of which one is right (Pairwise-Switch) "
+            f"expects another model to win on {pct(switch['val_switch_share'])}% of validation queries "
+            f"(highest win probability {switch['val_max_win_probability']:.2f})"
+            + (f"; switching there changes validation accuracy by {signed(rows['Pairwise-Switch']['val_gain_pp'])} pp. "
+               if "Pairwise-Switch" in rows else ". ")
+        )
     lo, hi = mu1["test_gain_ci_pp"]
     return text + (
         f"On test, PROTEUS at mu = 1 gains {signed(mu1['test_gain_pp'])} pp [{signed(lo)}, {signed(hi)}] over "

@@ -11,11 +11,14 @@ from train.evaluation.baselines import (
     CalibratedThresholdRouter,
     CarrotRouter,
     CheapestRouter,
+    FitContext,
     KnobTable,
     KNNPredictor,
     KNNRouter,
     MLPRouter,
     OmniRouterRouter,
+    PairwiseSwitchPredictor,
+    PairwiseSwitchRouter,
     RandomRouter,
     RouteLLMRouter,
     Split,
@@ -172,3 +175,42 @@ def test_omnirouter_lagrangian(synth_ctx, synth_splits):
     assert accs[1] >= accs[0]
     with pytest.raises(ValueError, match="one scalar tau"):
         router.route(test.emb, test.costs, np.array([0.5, 0.6]))
+
+
+def _pairwise_split(n: int, seed: int) -> Split:
+    """Model 0 (the anchor) is right on 80 % of rows; model 1 is right where feature 0 > 0.8 (about a
+    fifth of rows, where the anchor is always wrong) and wrong elsewhere; model 2 is never right."""
+    rng = np.random.default_rng(seed)
+    emb = rng.normal(size=(n, 4)).astype(np.float32)
+    special = emb[:, 0] > 0.8
+    scores = np.zeros((n, 3))
+    scores[:, 0] = np.where(special, 0.0, 1.0)
+    scores[:, 1] = np.where(special, 1.0, 0.0)
+    return Split(emb, scores, np.tile([1.0, 0.1, 0.01], (n, 1)))
+
+
+def test_pairwise_switch_finds_where_another_model_beats_the_anchor():
+    train, val, test = (_pairwise_split(n, seed) for n, seed in ((400, 0), (200, 1), (300, 2)))
+    probe = PairwiseSwitchPredictor(train, val, anchor=0)
+    assert set(probe.heads) == {1}  # model 2 never beats the anchor on train: no head, never chosen
+    q = probe.win_probability(test.emb)
+    assert q.shape == (300, 3) and (q[:, [0, 2]] == 0).all()
+    choice = probe.choose(test.emb)
+    special = test.emb[:, 0] > 0.8
+    # separable: every row goes where the right model is, except at most a few at the boundary
+    assert np.mean(choice == np.where(special, 1, 0)) >= 0.97
+    routed = test.scores[np.arange(300), choice].mean()
+    assert routed > test.scores[:, 0].mean() + 0.15
+
+
+def test_pairwise_switch_stays_with_the_anchor_without_signal():
+    def noise(n: int, seed: int) -> Split:
+        # the anchor is right 90 % of the time, model 1 60 %, whatever the query: never worth a switch
+        rng = np.random.default_rng(seed)
+        scores = np.stack([rng.random(n) < 0.9, rng.random(n) < 0.6], axis=1).astype(float)
+        return Split(rng.normal(size=(n, 6)).astype(np.float32), scores, np.tile([1.0, 0.1], (n, 1)))
+
+    train, val, test = noise(300, 3), noise(150, 4), noise(300, 5)
+    router = PairwiseSwitchRouter().fit(FitContext(train, val))
+    assert router.predictor.anchor == 0
+    assert (router.route(test.emb, test.costs).assign == 0).mean() >= 0.95

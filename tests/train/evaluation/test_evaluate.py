@@ -173,13 +173,17 @@ def test_headroom_on_a_known_case(synth_splits, build_random_artifact):
 
 def test_headroom_in_metrics_and_report(result):
     room = result.metrics["headroom"]
-    assert set(room["routers"]) == {"PROTEUS (mu = 1)", "PROTEUS (top of range)", "MLP", "CARROT-Quality"}
+    assert set(room["routers"]) == {"PROTEUS (mu = 1)", "PROTEUS (top of range)", "MLP", "CARROT-Quality", "Pairwise-Switch"}
+    switch = room["pairwise_switch"]
+    assert switch["anchor"] in result.metrics["models"] and 0 <= switch["val_switch_share"] <= 1
+    assert (switch["val_switch_share"] > 0) == (switch["val_max_win_probability"] > 0.5)
     top = room["routers"]["PROTEUS (top of range)"]
     assert top["test_accuracy"] == pytest.approx(result.metrics["per_tau"][-1]["accuracy"])
     text = render(result.metrics)
     assert "Headroom above the best single model" in text
     claim = "can be promised from this data" if room["val_gain_exceeds_margin"] else "can be promised honestly"
     assert claim in text
+    assert f"expects another model to win on {switch['val_switch_share'] * 100:.1f}% of validation queries" in text
 
 
 def test_baselines_beyond_their_validated_range_are_marked(result):
