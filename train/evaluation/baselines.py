@@ -231,12 +231,15 @@ class PairwiseSwitchPredictor:
         return rows, torch.as_tensor(wins, dtype=torch.float64), torch.as_tensor(np.abs(diff[rows]), dtype=torch.float64)
 
     @staticmethod
-    def _loss(x, rows, wins, weight, w, b) -> float:
-        logits = x[rows] @ torch.as_tensor(w) + b
-        return float((F.binary_cross_entropy_with_logits(logits, wins, reduction="none") * weight).sum() / weight.sum())
+    def _weighted_bce(logits, wins, weight) -> torch.Tensor:
+        return (F.binary_cross_entropy_with_logits(logits, wins, reduction="none") * weight).sum() / weight.sum()
 
-    @staticmethod
-    def _logistic(x, rows, wins, weight, strength: float) -> tuple[np.ndarray, float]:
+    @classmethod
+    def _loss(cls, x, rows, wins, weight, w, b) -> float:
+        return float(cls._weighted_bce(x[rows] @ torch.as_tensor(w) + b, wins, weight))
+
+    @classmethod
+    def _logistic(cls, x, rows, wins, weight, strength: float) -> tuple[np.ndarray, float]:
         """Weighted L2-regularised logistic regression, full-batch L-BFGS (convex: converges)."""
         xs = x[rows]
         w = torch.zeros(xs.shape[1], dtype=torch.float64, requires_grad=True)
@@ -245,8 +248,7 @@ class PairwiseSwitchPredictor:
 
         def closure():
             opt.zero_grad()
-            loss = (F.binary_cross_entropy_with_logits(xs @ w + b, wins, reduction="none") * weight).sum() / weight.sum()
-            loss = loss + 0.5 * strength * (w @ w)
+            loss = cls._weighted_bce(xs @ w + b, wins, weight) + 0.5 * strength * (w @ w)
             loss.backward()
             return loss
 
