@@ -233,11 +233,12 @@ def tiers(router: Router, test: Split, tau_range: tuple[float, float], per_tier:
     return rows
 
 
-HEADROOM_BASELINES: tuple[str, ...] = ("MLP", "CARROT-Quality", "Pairwise-Switch")
+HEADROOM_BASELINES: tuple[str, ...] = ("MLP", "CARROT-Quality")
 
 
 def headroom(
-    proteus: ProteusRouter, baselines: dict[str, Router], val: Split, test: Split, boot: Bootstrap, margin: float
+    proteus: ProteusRouter, baselines: dict[str, Router], val: Split, test: Split, boot: Bootstrap, margin: float,
+    switch: PairwiseSwitchRouter | None = None,
 ) -> dict:
     """Can routing beat always-the-best-single-model here, and can the declared range honestly say so?
 
@@ -247,14 +248,16 @@ def headroom(
     are scored on validation against validation's best single model, and on test against test's with
     a paired bootstrap CI of the per-query difference.  PROTEUS's declared top is its calibrated
     ceiling minus ``margin``; it can only pass the best single model where a routing's validation
-    gain exceeds the margin.  With the Pairwise-Switch probe among ``baselines``, ``pairwise_switch``
-    also says on how many validation queries any model is expected to beat the anchor at all."""
+    gain exceeds the margin.  Given the Pairwise-Switch probe (``switch``), it is scored too and
+    ``pairwise_switch`` says on how many validation queries any model is expected to beat the anchor."""
     models, top = proteus.manifest.models, proteus.manifest.tau_range[1]
     choices = {
         "PROTEUS (mu = 1)": lambda s: proteus.quality_choice(s.emb, s.costs),
         "PROTEUS (top of range)": lambda s: proteus.route(s.emb, s.costs, top).assign,
         **{name: (lambda s, r=baselines[name]: r.route(s.emb, s.costs).assign) for name in HEADROOM_BASELINES if name in baselines},
     }
+    if switch is not None:
+        choices[switch.name] = lambda s: switch.route(s.emb, s.costs).assign
     best = {name: int(np.argmax(s.scores.mean(axis=0))) for name, s in (("val", val), ("test", test))}
     rows = {}
     for name, choose in choices.items():
@@ -278,13 +281,12 @@ def headroom(
         "max_val_gain_pp": max_gain,
         "val_gain_exceeds_margin": bool(max_gain > margin * 100),
     }
-    switch = baselines.get(PairwiseSwitchRouter.name)
-    if isinstance(switch, PairwiseSwitchRouter):
+    if switch is not None:
         win = switch.predictor.win_probability(val.emb).max(axis=1)
         out["pairwise_switch"] = {
             "anchor": models[switch.predictor.anchor],
             "val_switch_share": float(np.mean(win > 0.5)),
-            "val_max_win_probability": float(win.max()) if len(win) else 0.0,
+            "val_max_win_probability": float(win.max()),
         }
     return out
 
@@ -395,8 +397,10 @@ def evaluate(
             value, first_miss = max_compliant_tau(sweep(router, test, compliance_grid))
             compliance[router.name] = {"max_compliant_tau": value, "first_miss": first_miss}
 
-    probes = {r.name: r for r in routers} | {PairwiseSwitchRouter.name: PairwiseSwitchRouter().fit(ctx)}
-    room = headroom(proteus, probes, val, test, boot, float(manifest.calibration.margin))
+    room = headroom(
+        proteus, {r.name: r for r in routers}, val, test, boot, float(manifest.calibration.margin),
+        switch=PairwiseSwitchRouter().fit(ctx),
+    )
 
     say("tiers, dynamic scenarios and the limit")
     tier_rows = tiers(proteus, test, (lo, hi))

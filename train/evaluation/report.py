@@ -229,9 +229,8 @@ def headroom_text(h: dict) -> str:
         text += (
             f"Where {switch['anchor']} and another model disagree, a classifier of which one is right (Pairwise-Switch) "
             f"expects another model to win on {pct(switch['val_switch_share'])}% of validation queries "
-            f"(highest win probability {switch['val_max_win_probability']:.2f})"
-            + (f"; switching there changes validation accuracy by {signed(rows['Pairwise-Switch']['val_gain_pp'])} pp. "
-               if "Pairwise-Switch" in rows else ". ")
+            f"(highest win probability {switch['val_max_win_probability']:.2f}); switching there changes validation "
+            f"accuracy by {signed(rows['Pairwise-Switch']['val_gain_pp'])} pp. "
         )
     lo, hi = mu1["test_gain_ci_pp"]
     return text + (
