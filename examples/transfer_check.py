@@ -17,7 +17,7 @@ import argparse
 
 import numpy as np
 
-from litellm_proteus.predictor import Candidate, ProteusPredictor
+from litellm_proteus.predictor import Candidate, ProteusPredictor, mixing_draw
 from train.ppo import TrainConfig, load_training_data
 
 
@@ -36,6 +36,7 @@ def main() -> None:
     keep = np.isfinite(scores).all(axis=1) & np.isfinite(costs).all(axis=1)
     rows, scores, costs = rows[keep], scores[keep], costs[keep]
     prompts = [log.prompts[i] for i in rows]
+    draws = [mixing_draw(p) for p in prompts]  # operating-point mixing, as the proxy draws it
     for model, column in zip(pairs, range(len(pairs))):
         print(f"always {model[0]}: accuracy {scores[:, column].mean():.3f}, ${costs[:, column].mean() * 1000:.2f}/1K")
     for artifact in args.artifact:
@@ -46,7 +47,8 @@ def main() -> None:
         lo, hi = predictor.manifest.tau_range
         print(f"{artifact} ({len(rows)} test rows)")
         for tau in np.linspace(lo, hi, args.taus):
-            picks = np.array([d.index for d in predictor.decide_embeddings(embeddings, [tau] * len(rows), candidates)])
+            decisions = predictor.decide_embeddings(embeddings, [tau] * len(rows), candidates, draws)  # as the proxy
+            picks = np.array([d.index for d in decisions])
             taken = np.arange(len(rows)), picks
             print(f"  tau {tau:.3f}: accuracy {scores[taken].mean():.3f}, ${costs[taken].mean() * 1000:.2f}/1K")
 

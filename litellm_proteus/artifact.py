@@ -47,15 +47,25 @@ class EncoderSpec(BaseModel):
 
 
 class TauCalibration(BaseModel):
-    """Monotone map requested tau -> tau fed to the policy, fit on validation (see train/ppo.py).
+    """Requested tau -> tau fed to the policy, fit on validation (see ``train/ppo.py: calibrate``).
 
-    ``requested`` and ``policy_tau`` are increasing and equally long; between points we interpolate.
-    Empty lists mean identity."""
+    ``requested`` and ``policy_tau`` are increasing and equally long: the smallest policy tau whose
+    validation accuracy reaches requested + ``margin``; between points we interpolate.  Empty lists
+    mean identity.
+
+    ``frontier_*`` (optional) are the policy taus on the upper concave hull of validation
+    (cost, accuracy): the cheapest way to reach an accuracy between two of them is to route a share
+    of queries at each (a randomised operating point, as in constrained MDPs).  The runtime does so
+    when it is given a per-query draw u in [0, 1) (``predictor.mixing_draw``: a hash of the prompt).
+    """
 
     model_config = ConfigDict(extra="forbid")
     requested: list[float] = Field(default_factory=list)
     policy_tau: list[float] = Field(default_factory=list)
     margin: float = 0.0
+    frontier_policy_tau: list[float] = Field(default_factory=list, description="hull points, cheapest first")
+    frontier_accuracy: list[float] = Field(default_factory=list, description="their validation accuracy, increasing")
+    frontier_cost_usd: list[float] = Field(default_factory=list, description="their mean logged cost per query")
 
     @model_validator(mode="after")
     def _check(self) -> "TauCalibration":
@@ -63,6 +73,11 @@ class TauCalibration(BaseModel):
             raise ValueError("calibration.requested and calibration.policy_tau must have equal length")
         if any(b < a for a, b in zip(self.requested, self.requested[1:])):
             raise ValueError("calibration.requested must be non-decreasing")
+        n = len(self.frontier_policy_tau)
+        if len(self.frontier_accuracy) != n or len(self.frontier_cost_usd) != n:
+            raise ValueError("calibration.frontier_policy_tau, frontier_accuracy and frontier_cost_usd must have equal length")
+        if any(b <= a for a, b in zip(self.frontier_accuracy, self.frontier_accuracy[1:])):
+            raise ValueError("calibration.frontier_accuracy must be strictly increasing")
         return self
 
 

@@ -8,6 +8,7 @@ with its own live cost.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,17 @@ class Decision:
     clamped: bool
     p: tuple[float, ...]  # predicted correctness per candidate
     scores: tuple[float, ...]
+    policy_tau: float | None = None  # the calibrated tau the policy saw (one of two when mixing)
+
+
+def mixing_draw(text: str) -> float:
+    """The request's draw u in [0, 1) for mixing two operating points: BLAKE2b of the prompt text.
+
+    A hash, not a random number: independent of what the prompt asks (so the mixed accuracy is the
+    mixture of the two points' accuracies), yet the same prompt always routes the same way, and
+    offline evaluation (``train/routing.route_log``) reproduces the proxy's choices exactly."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
 
 
 class TauMapper:
@@ -46,14 +58,31 @@ class TauMapper:
         self._manifest = manifest
         cal = manifest.calibration
         self._cal = (np.asarray(cal.requested), np.asarray(cal.policy_tau)) if cal.requested else None
+        self._frontier = (
+            (np.asarray(cal.frontier_accuracy), np.asarray(cal.frontier_policy_tau)) if cal.frontier_policy_tau else None
+        )
+        self._margin = cal.margin
 
     def effective(self, tau: float) -> tuple[float, bool]:
         clamped = min(max(float(tau), self.lo), self.hi)
         return clamped, clamped != float(tau)
 
-    def policy_tau_norm(self, tau_effective: float) -> float:
-        policy_tau = tau_effective if self._cal is None else float(np.interp(tau_effective, *self._cal))
-        return self._manifest.tau_norm(policy_tau)
+    def policy_tau(self, tau_effective: float, draw: float | None = None) -> float:
+        """The calibrated policy tau.  Given the request's ``draw`` and a frontier, the two hull
+        points around accuracy tau + margin are mixed: the upper one with probability
+        (target - acc_lower) / (acc_upper - acc_lower), i.e. when draw is below that share."""
+        if draw is not None and self._frontier is not None:
+            accuracy, policy_taus = self._frontier
+            target = tau_effective + self._margin
+            upper = int(np.searchsorted(accuracy, target - 1e-12))
+            if upper == 0 or upper == len(accuracy):
+                return float(policy_taus[min(upper, len(accuracy) - 1)])
+            share = (target - accuracy[upper - 1]) / (accuracy[upper] - accuracy[upper - 1])
+            return float(policy_taus[upper] if draw < share else policy_taus[upper - 1])
+        return tau_effective if self._cal is None else float(np.interp(tau_effective, *self._cal))
+
+    def policy_tau_norm(self, tau_effective: float, draw: float | None = None) -> float:
+        return self._manifest.tau_norm(self.policy_tau(tau_effective, draw))
 
 
 class ProteusPredictor:
@@ -71,6 +100,7 @@ class ProteusPredictor:
         max_tokens: int | None = None,
         truncation: str | None = None,
         max_batch_tokens: int | None = None,
+        mix_operating_points: bool = True,
     ):
         """Speed options (see ``encoder.py``): ``backend`` auto|hf|fused (equal to the training
         encoder to ~1e-7), ``memory_cache`` = in-process LRU entries (exact; 0 = off), ``precision``
@@ -78,7 +108,12 @@ class ProteusPredictor:
         --precision`` measures its routing) |fp32|bf16|fp16, ``quantize`` None|"int8" (moves
         embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
         override the artifact's length policy (changes embeddings), ``max_batch_tokens`` = padded
-        tokens per forward pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit)."""
+        tokens per forward pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit).
+
+        ``mix_operating_points``: where the artifact stores a cost frontier, reach a tau between two
+        operating points by routing a share of requests (by prompt hash) at each -- the cheapest
+        way to the target on average.  False routes every request at the single point that meets
+        tau alone: dearer, with more slack over tau in every window of traffic."""
         import torch
 
         from .encoder import TextEncoder, resolve_device
@@ -109,6 +144,7 @@ class ProteusPredictor:
                 f"encoder {spec.name!r} produces {self.encoder.embed_dim}-d embeddings, artifact expects {spec.embed_dim}"
             )
         self.taus = TauMapper(self.manifest)
+        self.mix_operating_points = bool(mix_operating_points)
         self.costs = self.manifest.cost_normalizer
         self._torch = torch
 
@@ -119,18 +155,30 @@ class ProteusPredictor:
     def decide(
         self, texts: Sequence[str], taus: Sequence[float], candidates: Sequence[Sequence[Candidate]]
     ) -> list[Decision]:
-        return self.decide_embeddings(self.encoder.encode(texts), taus, candidates)
+        draws = [mixing_draw(t) for t in texts] if self.mix_operating_points else None
+        return self.decide_embeddings(self.encoder.encode(texts), taus, candidates, draws)
 
     def decide_embeddings(
-        self, embeddings: np.ndarray, taus: Sequence[float], candidates: Sequence[Sequence[Candidate]]
+        self,
+        embeddings: np.ndarray,
+        taus: Sequence[float],
+        candidates: Sequence[Sequence[Candidate]],
+        draws: Sequence[float] | None = None,
     ) -> list[Decision]:
+        """``draws``: each request's ``mixing_draw`` (``decide`` hashes the prompts); None routes
+        every request at the single calibrated policy tau that meets its tau alone."""
         torch = self._torch
         if not (len(embeddings) == len(taus) == len(candidates)):
             raise ValueError("embeddings, taus and candidates must have the same length")
+        if draws is not None and len(draws) != len(taus):
+            raise ValueError("draws must have one entry per request")
         if any(len(c) == 0 for c in candidates):
             raise ValueError("every request needs at least one candidate deployment")
         effective = [self.taus.effective(t) for t in taus]
-        tau_norm = torch.tensor([self.taus.policy_tau_norm(t) for t, _ in effective], dtype=torch.float32)
+        policy_taus = [
+            self.taus.policy_tau(t, None if draws is None else draws[row]) for row, (t, _) in enumerate(effective)
+        ]
+        tau_norm = torch.tensor([self.manifest.tau_norm(t) for t in policy_taus], dtype=torch.float32)
         with torch.inference_mode():
             emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32), device=self.device)
             z = self.model.embed(emb)
@@ -169,6 +217,7 @@ class ProteusPredictor:
                     clamped=clamped,
                     p=tuple(p_rows[row][:n]),
                     scores=tuple(s_rows[row][:n]),
+                    policy_tau=policy_taus[row],
                 )
             )
         return decisions

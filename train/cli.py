@@ -30,6 +30,8 @@ HELP = {
     "static_encoder": "route on a static token table distilled from --encoder (bundled in the artifact; no "
                       "transformer at routing time); --no-static-encoder runs the transformer per request; "
                       "--finetune-encoder implies --no-static-encoder",
+    "mix_operating_points": "store the validation cost frontier so a tau between two operating points routes a "
+                            "share of queries (by prompt hash) at each, paying for the accuracy it needs, not the next step's",
     "truncation": "which tokens of long prompts the encoder keeps: tail, head, head_tail",
 }
 

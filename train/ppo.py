@@ -16,7 +16,9 @@ Pipeline (``train(config)``):
    every 5 batches on the accuracy of deterministic (argmax) routing;
 5. calibrate on validation + out-of-fold training rows: a monotone table requested tau -> policy tau
    such that accuracy meets the requested tau (+ margin); the declared tau range is where that is
-   possible (never using the test split);
+   possible (never using the test split).  Also the cost frontier of those operating points: the
+   runtime reaches a tau between two frontier points by routing a prompt-hash share of queries at
+   each (``--no-mix-operating-points`` turns it off);
 6. write the artifact (weights + manifest).
 
 Hyper-parameters live in ``TrainConfig``; every one is a ``proteus train`` flag.  Paper defaults are
@@ -126,6 +128,8 @@ class TrainConfig:
     calibration_extrapolate: float = 0.6
     calibration_val_slack: float = 0.0
     calibration_z: float = 1.2816
+    # mix the two cost-frontier operating points around each tau per query (TauCalibration.frontier_*)
+    mix_operating_points: bool = True
     log_every: int = 500
     progress: bool = True
 
@@ -480,38 +484,80 @@ def train_policy(
 # --------------------------------------------------------------------------------------------
 # validation calibration
 # --------------------------------------------------------------------------------------------
+@dataclass
+class OperatingCurve:
+    """Deterministic routing (lambda = 1) on some rows at each policy tau of a grid."""
+
+    accuracy: np.ndarray
+    mu_mean: np.ndarray
+    cost_usd: np.ndarray  # mean logged cost per query
+
+    @staticmethod
+    def pooled(a: "OperatingCurve", n_a: int, b: "OperatingCurve", n_b: int) -> "OperatingCurve":
+        """The curve over a's rows and b's rows together."""
+        mix = lambda x, y: (x * n_a + y * n_b) / (n_a + n_b)  # noqa: E731
+        return OperatingCurve(mix(a.accuracy, b.accuracy), mix(a.mu_mean, b.mu_mean), mix(a.cost_usd, b.cost_usd))
+
+
 @torch.no_grad()
 def accuracy_curve(
     model: ProteusModel,
     emb: torch.Tensor,
     scores: np.ndarray,
-    cost_norm: np.ndarray,
+    costs_usd: np.ndarray,
+    normalizer: CostNormalizer,
     policy_taus: np.ndarray,
     tau_range: tuple[float, float],
     p: torch.Tensor | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy and mean mu of deterministic routing (lambda = 1) at each policy tau.
+) -> OperatingCurve:
+    """Accuracy, mean mu and mean cost of deterministic routing (lambda = 1) at each policy tau.
 
     ``p`` overrides the performance head (out-of-fold predictions for training rows)."""
     lo, hi = tau_range
     observed = np.nan_to_num(scores, nan=0.0)
     z = model.embed(emb)
     p = torch.sigmoid(model.performance_logits(z)) if p is None else p
-    cost = torch.as_tensor(cost_norm)
-    accs, mus = [], []
+    cost = torch.as_tensor(normalizer.normalize(costs_usd))
+    rows = np.arange(len(observed))
+    accs, mus, costs = [], [], []
     for tau in policy_taus:
         mu = model.policy(z, (tau - lo) / (hi - lo), INFERENCE_LAMBDA).mean
         choice = model.scores(p, mu, cost).argmax(-1).numpy()
-        accs.append(observed[np.arange(len(choice)), choice].mean())
+        accs.append(observed[rows, choice].mean())
         mus.append(float(mu.mean()))
-    return np.asarray(accs), np.asarray(mus)
+        costs.append(costs_usd[rows, choice].mean())
+    return OperatingCurve(np.asarray(accs), np.asarray(mus), np.asarray(costs))
+
+
+def cost_frontier(costs: np.ndarray, accuracies: np.ndarray) -> list[int]:
+    """Indices of the points on the upper concave hull of (cost, accuracy), cheapest first, with
+    strictly increasing accuracy.  Routing a share of queries at each of two adjacent hull points
+    reaches any accuracy between them, and no mixture of the points reaches it for less."""
+    hull: list[int] = []
+    for i in np.lexsort((-accuracies, costs)):  # by cost, the more accurate first on ties
+        if hull and accuracies[i] <= accuracies[hull[-1]]:
+            continue  # costs as much as a kept point, no more accurate
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # b on or under the chord a -> i: mixing a and i beats it
+            if (accuracies[b] - accuracies[a]) * (costs[i] - costs[a]) <= (accuracies[i] - accuracies[a]) * (costs[b] - costs[a]) + 1e-12:
+                hull.pop()
+            else:
+                break
+        hull.append(int(i))
+    return hull
 
 
 def calibrate(
-    policy_taus: np.ndarray, accuracies: np.ndarray, margin: float, step: float
+    policy_taus: np.ndarray,
+    accuracies: np.ndarray,
+    margin: float,
+    step: float,
+    costs_usd: np.ndarray | None = None,
 ) -> tuple[TauCalibration, tuple[float, float]]:
     """Monotone table requested tau -> smallest policy tau whose validation accuracy (made
     non-decreasing from above: acc_c(t) = min_{t' >= t} acc(t')) reaches requested + margin.
+    Given the curve's ``costs_usd``, also the cost frontier of (cost, acc_c) for mixing.
 
     Declared range: from the training range's lower end up to the highest requested tau reachable.
     """
@@ -524,7 +570,15 @@ def calibrate(
     for target in requested:
         ok = np.nonzero(conservative >= target + margin)[0]
         mapped.append(float(policy_taus[ok[0]]) if ok.size else float(policy_taus[-1]))
-    table = TauCalibration(requested=requested.tolist(), policy_tau=mapped, margin=margin)
+    frontier = [] if costs_usd is None else cost_frontier(np.asarray(costs_usd), conservative)
+    table = TauCalibration(
+        requested=requested.tolist(),
+        policy_tau=mapped,
+        margin=margin,
+        frontier_policy_tau=[float(policy_taus[i]) for i in frontier],
+        frontier_accuracy=[float(conservative[i]) for i in frontier],
+        frontier_cost_usd=[float(f"{costs_usd[i]:.6g}") for i in frontier] if costs_usd is not None else [],
+    )
     return table, (round(lo, 4), round(float(requested[-1]), 4))
 
 
@@ -679,19 +733,19 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     # may use them (tau_norm up to 1 + calibration_extrapolate), validated like every other point.
     top = tau_range[1] + config.calibration_extrapolate * (tau_range[1] - tau_range[0])
     policy_taus = np.round(np.arange(tau_range[0], top + 1e-9, config.calibration_step), 6)
-    val_acc, val_mu = accuracy_curve(
-        model, emb_t[val_idx], data.scores[val_idx], normalizer.normalize(costs[val_idx]), policy_taus, tau_range
+    val_curve = accuracy_curve(
+        model, emb_t[val_idx], data.scores[val_idx], costs[val_idx], normalizer, policy_taus, tau_range
     )
-    oof_acc, _ = accuracy_curve(
-        model, emb_t[train_idx], data.scores[train_idx], normalizer.normalize(costs[train_idx]), policy_taus, tau_range, p_oof
+    oof_curve = accuracy_curve(
+        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], normalizer, policy_taus, tau_range, p_oof
     )
     # Calibrate on validation and out-of-fold training rows together (4-5x the rows of validation
     # alone, so the curve is far less noisy), taking the lower of the pooled and validation curves
     # (+ calibration_val_slack): the policy was trained on the training rows, and measured on MMLU
     # their curve runs 1.2-1.4 pp above validation, so it may only ever make the table stricter.
     n_val, n_oof = len(val_idx), len(train_idx)
-    pooled = (val_acc * n_val + oof_acc * n_oof) / (n_val + n_oof)
-    calibration_acc = np.minimum(pooled, val_acc + config.calibration_val_slack)
+    pooled = OperatingCurve.pooled(val_curve, n_val, oof_curve, n_oof)
+    calibration_acc = np.minimum(pooled.accuracy, val_curve.accuracy + config.calibration_val_slack)
     # The margin makes the promise hold on *new* traffic, not just on the calibration rows: accuracy
     # measured over a future sample as large as the validation split stays >= tau with ~90 %
     # confidence when it covers both estimates' noise, z * sqrt(t (1 - t) (1/n_cal + 1/n_val))
@@ -701,7 +755,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     spread = math.sqrt(level * (1 - level) * (1 / (n_val + n_oof) + 1 / n_val))
     margin = max(config.calibration_margin, config.calibration_z * spread)
     if config.calibrate:
-        calibration, declared = calibrate(policy_taus, calibration_acc, margin, config.calibration_step)
+        frontier_costs = pooled.cost_usd if config.mix_operating_points else None
+        calibration, declared = calibrate(policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs)
     else:
         calibration, declared = TauCalibration(), tau_range
     timings["total_s"] = time.perf_counter() - started
@@ -751,10 +806,12 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
             "val_oracle_accuracy": round(oracle_accuracy(data.scores[val_idx]), 4),
             "val_curve": {
                 "policy_tau": policy_taus.tolist(),
-                "accuracy": np.round(val_acc, 4).tolist(),
-                "mu_mean": np.round(val_mu, 4).tolist(),
-                "train_oof_accuracy": np.round(oof_acc, 4).tolist(),
+                "accuracy": np.round(val_curve.accuracy, 4).tolist(),
+                "mu_mean": np.round(val_curve.mu_mean, 4).tolist(),
+                "cost_usd": np.round(val_curve.cost_usd, 8).tolist(),
+                "train_oof_accuracy": np.round(oof_curve.accuracy, 4).tolist(),
                 "calibration_accuracy": np.round(calibration_acc, 4).tolist(),
+                "calibration_cost_usd": np.round(pooled.cost_usd, 8).tolist(),
             },
         },
         package_version=__version__,

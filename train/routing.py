@@ -42,15 +42,24 @@ def route_log(
     tau: float | np.ndarray,
     *,
     calibrated: bool = True,
+    draws: np.ndarray | None = None,
     batch_size: int = 4096,
 ) -> RouteResult:
-    """Route every row at ``tau`` (scalar or per-row) exactly as the runtime would (lambda = 1)."""
+    """Route every row at ``tau`` (scalar or per-row) exactly as the runtime would (lambda = 1).
+
+    ``draws``: each row's ``mixing_draw`` of its prompt, as the proxy computes it; without them every
+    row routes at the single calibrated policy tau that meets its tau alone."""
     model.eval()
     n = len(embeddings)
     taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), (n,))
+    if draws is not None and len(draws) != n:
+        raise ValueError(f"draws has {len(draws)} rows for {n} embeddings")
     mapper = TauMapper(manifest)
     if calibrated:
-        tau_norm = np.array([mapper.policy_tau_norm(mapper.effective(t)[0]) for t in taus], dtype=np.float32)
+        tau_norm = np.array(
+            [mapper.policy_tau_norm(mapper.effective(t)[0], None if draws is None else draws[i]) for i, t in enumerate(taus)],
+            dtype=np.float32,
+        )
     else:
         tau_norm = np.array([manifest.tau_norm(t) for t in taus], dtype=np.float32)
     cost_norm = manifest.cost_normalizer.normalize(fill_missing_costs(costs_usd))

@@ -59,6 +59,11 @@ def _edit_manifest(directory, **changes):
         ({"tau_range": [0.9, 0.8]}, "tau_range"),
         ({"format_version": 99}, "format_version"),
         ({"cost_normalization": {"space": "usd", "low": 0, "high": 1}}, "space"),
+        ({"calibration": {"frontier_policy_tau": [0.8], "frontier_accuracy": [], "frontier_cost_usd": []}}, "frontier_"),
+        (
+            {"calibration": {"frontier_policy_tau": [0.7, 0.8], "frontier_accuracy": [0.8, 0.8], "frontier_cost_usd": [1, 2]}},
+            "frontier_accuracy must be strictly increasing",
+        ),
     ],
 )
 def test_manifest_mismatch_names_the_field(make_artifact, changes, field):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from litellm_proteus.model import ModelConfig, ProteusModel
-from train.ppo import TrainConfig, calibrate, derive_tau_range, dual_update, fit_boosts, masked_bce, reward
+from litellm_proteus.predictor import TauMapper
+from train.ppo import TrainConfig, calibrate, cost_frontier, derive_tau_range, dual_update, fit_boosts, masked_bce, reward
 
 
 def test_dual_update_is_projected_gradient_step():
@@ -58,6 +59,47 @@ def test_calibration_is_monotone_and_conservative():
     # requested 0.83 needs a policy tau whose envelope accuracy >= 0.83 -> 0.84 (not 0.80)
     assert pol[np.isclose(req, 0.83)][0] == pytest.approx(0.84)
     assert pol[np.isclose(req, 0.82)][0] == pytest.approx(0.80)
+
+
+def test_cost_frontier_is_the_upper_concave_hull():
+    costs = np.array([1.0, 2.0, 3.0, 4.0, 2.5, 5.0, 1.0])
+    accs = np.array([0.70, 0.80, 0.82, 0.90, 0.75, 0.90, 0.60])
+    # (2.5, .75), (5, .90) and (1, .60) are dominated; (3, .82) lies under the chord (2, .80) -> (4, .90)
+    assert cost_frontier(costs, accs) == [0, 1, 3]
+    # on a straight line the middle point adds nothing a mixture of the ends does not give
+    assert cost_frontier(np.array([1.0, 2.0, 3.0]), np.array([0.7, 0.8, 0.9])) == [0, 2]
+    assert cost_frontier(np.array([1.0]), np.array([0.5])) == [0]
+
+
+def test_calibration_frontier_mixes_to_exactly_the_target():
+    taus = np.array([0.80, 0.82, 0.84, 0.86, 0.88])
+    acc = np.array([0.80, 0.82, 0.86, 0.85, 0.90])  # 0.84's 0.86 is not trusted (0.86 gives 0.85)
+    cost = np.array([1.0, 2.0, 4.0, 5.0, 9.0])  # 0.86: no more accurate than 0.84 (trusted), dearer
+    table, declared = calibrate(taus, acc, margin=0.01, step=0.01, costs_usd=cost)
+    assert table.frontier_policy_tau == [0.80, 0.82, 0.84, 0.88]
+    assert table.frontier_accuracy == pytest.approx([0.80, 0.82, 0.85, 0.90])
+    assert table.frontier_cost_usd == pytest.approx([1.0, 2.0, 4.0, 9.0])
+    assert declared == (0.80, 0.89)
+    from litellm_proteus.artifact import Manifest
+
+    manifest = Manifest.model_construct(tau_range=declared, tau_train_range=(0.80, 0.88), calibration=table)
+    mapper = TauMapper(manifest)
+    draws = (np.arange(10_000) + 0.5) / 10_000  # evenly spread draws: the shares come out exact
+    acc_at = dict(zip(taus, acc))
+    cost_at = dict(zip(taus, cost))
+    for tau in (0.80, 0.815, 0.83, 0.85, 0.87, 0.89):
+        chosen = np.array([mapper.policy_tau(tau, u) for u in draws])
+        assert set(np.round(chosen, 6)) <= set(table.frontier_policy_tau)
+        mixed_acc = np.mean([acc_at[t] for t in chosen])
+        mixed_cost = np.mean([cost_at[t] for t in chosen])
+        assert mixed_acc >= tau + 0.01 - 1e-4  # the target, as the pure table promises it
+        alone = mapper.policy_tau(tau)  # no draw: the single point the table picks
+        assert acc_at[alone] >= tau + 0.01 - 1e-9
+        assert mixed_cost <= cost_at[alone] + 1e-9
+    # 0.83 + 0.01 sits 2/3 of the way from 0.82 (cost 2) to 0.85 (cost 4): mixed cost 3.33 instead of 4
+    chosen = np.array([mapper.policy_tau(0.83, u) for u in draws])
+    assert np.mean(chosen == 0.84) == pytest.approx(2 / 3, abs=1e-3)
+    assert mapper.policy_tau(0.83) == pytest.approx(0.84)
 
 
 def _boost_case(offset: float, n: int = 4000, seed: int = 0):

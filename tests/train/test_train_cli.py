@@ -74,6 +74,12 @@ def test_train_writes_a_loadable_artifact_with_full_manifest(trained):
     assert set(manifest.avg_output_tokens) == set(MODELS)
     assert summary["tau_range"] == list(manifest.tau_range)
     assert 2.0 <= float(model.gamma) <= 8.0
+    # the validation cost frontier the runtime mixes: cheapest first, accuracy rising, costs rising
+    cal = manifest.calibration
+    assert len(cal.frontier_policy_tau) >= 1
+    assert all(b > a for a, b in zip(cal.frontier_accuracy, cal.frontier_accuracy[1:]))
+    assert all(b > a for a, b in zip(cal.frontier_cost_usd, cal.frontier_cost_usd[1:]))
+    assert set(cal.frontier_policy_tau) <= set(manifest.metrics["val_curve"]["policy_tau"])
 
 
 def test_training_is_deterministic_for_a_seed(trained):
@@ -90,10 +96,11 @@ def test_training_is_deterministic_for_a_seed(trained):
 
 def test_ablation_flags_reach_the_artifact(trained):
     base, data, _ = trained
-    run_train(data, base / "c", "--no-critic", "--fixed-gamma", "3.0", "--no-lambda")
+    run_train(data, base / "c", "--no-critic", "--fixed-gamma", "3.0", "--no-lambda", "--no-mix-operating-points")
     model, manifest = load_artifact(base / "c")
     assert model.critic is None and float(model.gamma) == 3.0
     assert manifest.training["config"]["use_lambda"] is False
+    assert manifest.calibration.frontier_policy_tau == [] and manifest.calibration.requested
 
 
 def test_bad_tau_range_is_refused(trained, tmp_path):

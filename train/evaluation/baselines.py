@@ -60,6 +60,7 @@ class Split:
     emb: np.ndarray  # [N, D] float32 sentence embeddings
     scores: np.ndarray  # [N, K] outcome in [0, 1]; NaN = not observed
     costs: np.ndarray  # [N, K] USD per call (no NaN: filled before)
+    draws: np.ndarray | None = None  # [N] the prompts' mixing draws (litellm_proteus.predictor.mixing_draw)
 
     def __post_init__(self) -> None:
         self.emb = np.asarray(self.emb, dtype=np.float32)
@@ -67,6 +68,8 @@ class Split:
         self.costs = np.asarray(self.costs, dtype=np.float64)
         if not (len(self.emb) == len(self.scores) == len(self.costs)):
             raise ValueError("emb, scores and costs must have the same number of rows")
+        if self.draws is not None and len(self.draws) != len(self.emb):
+            raise ValueError("draws must have one entry per row")
         if self.scores.shape != self.costs.shape:
             raise ValueError(f"scores {self.scores.shape} and costs {self.costs.shape} must have the same shape")
         if not np.isfinite(self.costs).all():
@@ -74,6 +77,10 @@ class Split:
 
     def __len__(self) -> int:
         return len(self.emb)
+
+    def take(self, rows: np.ndarray | slice) -> "Split":
+        """These rows (repeats allowed)."""
+        return Split(self.emb[rows], self.scores[rows], self.costs[rows], None if self.draws is None else self.draws[rows])
 
     @property
     def n_models(self) -> int:
@@ -354,6 +361,10 @@ class Router:
 
     def route(self, emb: np.ndarray, costs: np.ndarray, tau: float | np.ndarray | None = None) -> Routed:
         raise NotImplementedError
+
+    def route_split(self, split: Split, tau: float | np.ndarray | None = None) -> Routed:
+        """Route a whole split (PROTEUS also takes its prompts' mixing draws)."""
+        return self.route(split.emb, split.costs, tau)
 
     def validated_top(self) -> float | None:
         """Tau-capable routers tuned on validation: the highest tau their validation supports."""

@@ -134,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             emb = make_encoder(manifest.encoder, Path(directory), cache_dir, args.device, args.precision).encode(test_prompts)
         ablations[name] = (ProteusRouter(model, manifest, name=name), emb)
+    if inputs.manifest.calibration.frontier_policy_tau:  # how much of PROTEUS's cost is the mixing
+        ablations["No-Mixing"] = (ProteusRouter(inputs.model, inputs.manifest, name="No-Mixing", mix=False), inputs.test.emb)
 
     config = EvalConfig(
         seeds=args.seeds, seed=args.seed, tau_step=args.tau_step, bootstrap=args.bootstrap,

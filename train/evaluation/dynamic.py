@@ -88,7 +88,7 @@ def run_scenario(
     for i in range(seeds):
         rng = np.random.default_rng((base_seed, 7919, i))
         idx = rng.integers(0, len(test), size=n_queries)
-        routed = router.route(test.emb[idx], test.costs[idx], taus)
+        routed = router.route_split(test.take(idx), taus)
         correct = per_query(routed.assign, test.scores[idx])
         sat, over = window_stats(correct, taus, window)
         sats.append(sat)

@@ -30,6 +30,9 @@
   Besides PROTEUS and the paper's quality-seeking baselines, a probe that is not a paper baseline
   (Pairwise-Switch: per model, a classifier of who is right where it and the best single model
   disagree) scores the most direct switching rule there is.
+- PROTEUS routes each test query with its prompt's mixing draw (``predictor.mixing_draw``), so an
+  artifact with a cost frontier mixes operating points exactly as the proxy does; the CLI adds the
+  same artifact without mixing as the ablation row ``No-Mixing``.
 - Tiers split tau_range into three equal parts (Economy, Standard, Premium); a tier's accuracy and
   cost are the means over 5 evenly spaced taus in it; ``margin_pp`` = accuracy - the tier's middle
   tau (the paper's "margin"), ``worst_margin_pp`` = the smallest accuracy - tau inside the tier.
@@ -91,15 +94,19 @@ class ProteusRouter(Router):
     tau_capable = True
     per_query_tau = True
 
-    def __init__(self, model: ProteusModel, manifest: Manifest, name: str = PROTEUS):
-        self.model, self.manifest = model, manifest
+    def __init__(self, model: ProteusModel, manifest: Manifest, name: str = PROTEUS, mix: bool = True):
+        """``mix``: hand route_log the split's prompt draws, as the proxy does (mix_operating_points)."""
+        self.model, self.manifest, self.mix = model, manifest, mix
         self.name = name  # type: ignore[misc]
 
-    def route(self, emb, costs, tau=None) -> Routed:
+    def route(self, emb, costs, tau=None, draws=None) -> Routed:
         if tau is None:
             raise ValueError("PROTEUS needs tau")
-        out = route_log(self.model, self.manifest, emb, costs, tau)
+        out = route_log(self.model, self.manifest, emb, costs, tau, draws=draws)
         return Routed(out.choice, mu=out.mu)
+
+    def route_split(self, split: Split, tau=None) -> Routed:
+        return self.route(split.emb, split.costs, tau, draws=split.draws if self.mix else None)
 
     def quality_choice(self, emb: np.ndarray, costs: np.ndarray) -> np.ndarray:
         """Routing at mu = 1, where eq. 2 loses its cost term: argmax_i p_i(x) + b_i."""
@@ -121,10 +128,11 @@ def tau_grid(lo: float, hi: float, step: float) -> np.ndarray:
 def head_latency_ms(router: Router, test: Split, tau: float | None, batch: int, max_queries: int) -> float:
     """Mean decision time per query (ms) when routing the test embeddings in batches of ``batch``."""
     n = max(min(len(test), max_queries), 1)
-    router.route(test.emb[:batch], test.costs[:batch], tau)  # warm-up (allocations, lazy init)
+    batches = [test.take(slice(s, s + batch)) for s in range(0, n, batch)]
+    router.route_split(batches[0], tau)  # warm-up (allocations, lazy init)
     start = time.perf_counter()
-    for s in range(0, n, batch):
-        router.route(test.emb[s : s + batch], test.costs[s : s + batch], tau)
+    for rows in batches:
+        router.route_split(rows, tau)
     return (time.perf_counter() - start) * 1000.0 / n
 
 
@@ -176,7 +184,7 @@ class Curve:
 def sweep(router: Router, test: Split, taus: np.ndarray) -> Curve:
     correct, cost, mus, knobs = [], [], [], []
     for tau in taus:
-        routed = router.route(test.emb, test.costs, float(tau))
+        routed = router.route_split(test, float(tau))
         correct.append(per_query(routed.assign, test.scores))
         cost.append(per_query(routed.assign, test.costs))
         mus.append(routed.mu)
@@ -253,11 +261,11 @@ def headroom(
     models, top = proteus.manifest.models, proteus.manifest.tau_range[1]
     choices = {
         "PROTEUS (mu = 1)": lambda s: proteus.quality_choice(s.emb, s.costs),
-        "PROTEUS (top of range)": lambda s: proteus.route(s.emb, s.costs, top).assign,
-        **{name: (lambda s, r=baselines[name]: r.route(s.emb, s.costs).assign) for name in HEADROOM_BASELINES if name in baselines},
+        "PROTEUS (top of range)": lambda s: proteus.route_split(s, top).assign,
+        **{name: (lambda s, r=baselines[name]: r.route_split(s).assign) for name in HEADROOM_BASELINES if name in baselines},
     }
     if switch is not None:
-        choices[switch.name] = lambda s: switch.route(s.emb, s.costs).assign
+        choices[switch.name] = lambda s: switch.route_split(s).assign
     best = {name: int(np.argmax(s.scores.mean(axis=0))) for name, s in (("val", val), ("test", test))}
     rows = {}
     for name, choose in choices.items():
@@ -367,7 +375,7 @@ def evaluate(
             head_latency_ms(router, test, tau, config.latency_batch, config.latency_queries) if router.has_latency else 0.0
         )
         latency = encoder_ms + head_ms[router.name] if router.has_latency else 0.0
-        routed = router.route(test.emb, test.costs, tau)
+        routed = router.route_split(test, tau)
         row = _router_row(routed, test, boot, oracle_acc, random_acc, cost_max, latency, config)
         if router.tau_capable:
             row["tau"] = headline
@@ -426,10 +434,10 @@ def evaluate(
         say(f"ablations: {', '.join(ablations)}")
         full = rows[PROTEUS]
         full_curve = curves[PROTEUS]
-        full_correct = per_query(proteus.route(test.emb, test.costs, headline).assign, test.scores)
+        full_correct = per_query(proteus.route_split(test, headline).assign, test.scores)
         for name, (router, emb) in ablations.items():
-            test_a = Split(emb, test.scores, test.costs)
-            routed = router.route(test_a.emb, test_a.costs, headline)
+            test_a = Split(emb, test.scores, test.costs, test.draws)
+            routed = router.route_split(test_a, headline)
             correct = per_query(routed.assign, test.scores)
             acc = float(correct.mean())
             cost = float(per_query(routed.assign, test.costs).mean() * 1000)

@@ -19,6 +19,7 @@ import numpy as np
 
 from litellm_proteus.artifact import ArtifactError, EncoderSpec, Manifest, load_artifact
 from litellm_proteus.model import ProteusModel
+from litellm_proteus.predictor import mixing_draw
 
 from ..data.logs import RoutingLog
 from ..routing import fill_missing_costs
@@ -143,7 +144,8 @@ def build_splits(log: RoutingLog, embeddings: np.ndarray) -> tuple[Split, Split,
     val_rows = np.flatnonzero((log.split == "val") & full)
     test_all = np.flatnonzero(log.split == "test")
     test_rows = test_all[full[test_all]]
-    make = lambda rows: Split(embeddings[rows], log.scores[rows], costs[rows])  # noqa: E731
+    draws = np.array([mixing_draw(prompt) for prompt in log.prompts])  # as the proxy draws them
+    make = lambda rows: Split(embeddings[rows], log.scores[rows], costs[rows], draws[rows])  # noqa: E731
     return make(train_rows), make(val_rows), make(test_rows), test_rows, int(len(test_all) - len(test_rows))
 
 

@@ -332,7 +332,8 @@ def table4_text(m: dict) -> str:
             f"{name}: {a['delta_accuracy_pp']:+.2f} pp accuracy "
             f"({'within bootstrap noise' if noise else 'outside bootstrap noise'}), cost "
             f"{d_cost}, floor compliance "
-            f"{pct(a['floor_compliance'], 0)}% vs {pct(m['adaptability']['floor_compliance'], 0)}% for the full model."
+            f"{pct(a['floor_compliance'], 0)}% vs {pct(m['adaptability']['floor_compliance'], 0)}% for the full model; "
+            f"averaged over the tau grid, {a['delta_mean_accuracy_pp']:+.2f} pp accuracy and {a['delta_mean_cost_pct']:+.0f}% cost."
         )
     return " ".join(out)
 

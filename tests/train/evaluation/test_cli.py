@@ -93,6 +93,11 @@ def test_train_then_eval(tmp_path, tiny_bert):
     assert metrics["tau_range"] == manifest["tau_range"]
     assert metrics["n_test"] == manifest["data"]["split"]["test"]
     assert "NoCritic" in metrics["ablations"] and "NoCritic" in report.split("## Table 4")[1]
+    # the artifact mixes frontier points, so the same artifact without mixing is scored beside it
+    assert manifest["calibration"]["frontier_policy_tau"]
+    assert "No-Mixing" in metrics["ablations"] and "No-Mixing" in report.split("## Table 4")[1]
+    no_mixing = metrics["ablations"]["No-Mixing"]
+    assert f"{no_mixing['delta_mean_cost_pct']:+.0f}% cost" in report.split("## Table 4")[1]
 
 
 @pytest.mark.shared_data
