@@ -50,6 +50,16 @@ def mixing_draw(text: str) -> float:
     return int.from_bytes(digest, "big") / 2.0**64
 
 
+def frontier_share(accuracy: np.ndarray, target: float) -> tuple[int, int, float]:
+    """(lower index, upper index, share of requests at the upper) that reaches ``target`` by mixing
+    two adjacent points of an increasing accuracy frontier; one point (share 1) at either end."""
+    upper = int(np.searchsorted(accuracy, target - 1e-12))
+    if upper == 0 or upper == len(accuracy):
+        end = min(upper, len(accuracy) - 1)
+        return end, end, 1.0
+    return upper - 1, upper, float((target - accuracy[upper - 1]) / (accuracy[upper] - accuracy[upper - 1]))
+
+
 class TauMapper:
     """Requested tau -> (effective tau clamped to tau_range, tau_norm fed to the policy)."""
 
@@ -73,12 +83,8 @@ class TauMapper:
         (target - acc_lower) / (acc_upper - acc_lower), i.e. when draw is below that share."""
         if draw is not None and self._frontier is not None:
             accuracy, policy_taus = self._frontier
-            target = tau_effective + self._margin
-            upper = int(np.searchsorted(accuracy, target - 1e-12))
-            if upper == 0 or upper == len(accuracy):
-                return float(policy_taus[min(upper, len(accuracy) - 1)])
-            share = (target - accuracy[upper - 1]) / (accuracy[upper] - accuracy[upper - 1])
-            return float(policy_taus[upper] if draw < share else policy_taus[upper - 1])
+            lower, upper, share = frontier_share(accuracy, tau_effective + self._margin)
+            return float(policy_taus[upper] if draw < share else policy_taus[lower])
         return tau_effective if self._cal is None else float(np.interp(tau_effective, *self._cal))
 
     def policy_tau_norm(self, tau_effective: float, draw: float | None = None) -> float:

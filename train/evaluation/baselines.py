@@ -49,7 +49,10 @@ from scipy.special import expit
 from torch import nn
 from torch.nn import functional as F
 
+from litellm_proteus.predictor import frontier_share
+
 from ..fitting import fit_early_stopping
+from ..ppo import cost_frontier
 from .metrics import oracle_choice
 
 
@@ -319,10 +322,20 @@ class FitContext:
 # ----------------------------------------------------------------------------------------------
 # tuning a knob on validation
 # ----------------------------------------------------------------------------------------------
-class KnobTable:
-    """Validation accuracy along an increasing knob -> the knob to use for a requested tau."""
+def validation_curve(val: Split, choices: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(accuracy, mean cost) on validation of each routing in ``choices`` (a model per query)."""
+    rows = np.arange(len(val))
+    scores = np.nan_to_num(val.scores, nan=0.0)
+    return np.array([scores[rows, c].mean() for c in choices]), np.array([val.costs[rows, c].mean() for c in choices])
 
-    def __init__(self, knobs: np.ndarray, val_accuracy: np.ndarray, margin: float = 0.0):
+
+class KnobTable:
+    """Validation accuracy along an increasing knob -> the knob to use for a requested tau.
+
+    Given the knobs' validation costs too, ``mixed_knobs`` gives each query one of the two
+    cost-frontier knobs around tau + margin, as PROTEUS's operating-point mixing does."""
+
+    def __init__(self, knobs: np.ndarray, val_accuracy: np.ndarray, val_cost: np.ndarray | None = None, margin: float = 0.0):
         self.knobs = np.asarray(knobs, dtype=np.float64)
         self.val_accuracy = np.asarray(val_accuracy, dtype=np.float64)
         # the non-decreasing lower envelope: a knob counts as reaching tau only if every larger
@@ -330,6 +343,7 @@ class KnobTable:
         self.envelope = np.minimum.accumulate(self.val_accuracy[::-1])[::-1]
         self.margin = margin
         self.best = int(np.argmax(self.val_accuracy))
+        self.frontier = None if val_cost is None else np.asarray(cost_frontier(np.asarray(val_cost, dtype=np.float64), self.envelope))
 
     @property
     def validated_top(self) -> float:
@@ -344,6 +358,20 @@ class KnobTable:
 
     def knob(self, tau: float | np.ndarray) -> np.ndarray:
         return self.knobs[self.index(tau)]
+
+    def mixed_knobs(self, tau: float | np.ndarray, draws: np.ndarray) -> np.ndarray:
+        """Per query: the upper frontier knob around tau + margin where its draw is below the share
+        that reaches it, else the lower one; beyond ``validated_top``, ``knob(tau)``."""
+        if self.frontier is None:
+            raise ValueError("mixing needs the knobs' validation costs (KnobTable(val_cost=...))")
+        taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), np.shape(draws))
+        knobs = self.knob(taus).astype(np.float64)
+        accuracy = self.envelope[self.frontier]
+        for t in np.unique(taus[taus <= self.validated_top + 1e-12]):
+            lower, upper, share = frontier_share(accuracy, float(t) + self.margin)
+            rows = taus == t
+            knobs[rows] = np.where(draws[rows] < share, self.knobs[self.frontier[upper]], self.knobs[self.frontier[lower]])
+        return knobs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -369,6 +397,47 @@ class Router:
     def validated_top(self) -> float | None:
         """Tau-capable routers tuned on validation: the highest tau their validation supports."""
         return self.table.validated_top if self.table is not None else None
+
+
+class KnobRouter(Router):
+    """A tau-capable router that routes at a knob tuned per tau on validation (``table``)."""
+
+    tau_capable = True
+    table: KnobTable
+
+    def route_knobs(self, emb: np.ndarray, costs: np.ndarray, knobs: np.ndarray) -> np.ndarray:
+        """The model per query when query j routes at ``knobs[j]``."""
+        raise NotImplementedError
+
+    def route(self, emb, costs, tau=None):
+        if tau is None:
+            raise ValueError(f"{self.name} needs tau")
+        if np.ndim(tau) != 0 and not self.per_query_tau:
+            raise ValueError(f"{self.name} routes a batch at one scalar tau")
+        knobs = np.broadcast_to(self.table.knob(tau), (len(emb),))
+        return Routed(self.route_knobs(emb, costs, knobs), knob=float(knobs[0]) if np.ndim(tau) == 0 and len(knobs) else None)
+
+
+class MixedKnobRouter(Router):
+    """Evaluation probe, not a paper baseline: a knob router given PROTEUS's operating-point mixing
+    (each query at one of the two validation cost-frontier knobs around tau + margin, chosen by its
+    prompt's draw).  It asks how much of PROTEUS's cost edge mixing alone would give a baseline."""
+
+    tau_capable = True
+
+    def __init__(self, base: KnobRouter):
+        self.base = base
+        self.name = f"{base.name} + mixing"  # type: ignore[misc]
+        self.per_query_tau = base.per_query_tau  # type: ignore[misc]
+        self.table = base.table
+
+    def route(self, emb, costs, tau=None):
+        raise ValueError(f"{self.name} needs the prompts' draws: use route_split")
+
+    def route_split(self, split: Split, tau=None) -> Routed:
+        if tau is None or split.draws is None:
+            raise ValueError(f"{self.name} needs tau and the split's draws")
+        return Routed(self.base.route_knobs(split.emb, split.costs, self.base.table.mixed_knobs(tau, split.draws)))
 
 
 class RandomRouter(Router):
@@ -479,21 +548,16 @@ class RouteLLMRouter(Router):
         return Routed(cheapest_argmax(self.classifier.predict(emb), costs))
 
 
-class CalibratedThresholdRouter(Router):
+class CalibratedThresholdRouter(KnobRouter):
     name = "Calibrated-Threshold"
-    tau_capable = True
     per_query_tau = True
     THRESHOLDS: ClassVar[np.ndarray] = np.round(np.linspace(0.0, 1.0, 401), 6)
 
     def fit(self, ctx):
         self.predictor = ctx.score_mlp()
         p_val = self.predictor.predict(ctx.val.emb)
-        scores = np.nan_to_num(ctx.val.scores, nan=0.0)
-        acc = [
-            scores[np.arange(len(p_val)), self.choose(p_val, ctx.val.costs, np.full(len(p_val), t))].mean()
-            for t in self.THRESHOLDS
-        ]
-        self.table = KnobTable(self.THRESHOLDS, np.asarray(acc), ctx.margin)
+        choices = [self.choose(p_val, ctx.val.costs, np.full(len(p_val), t)) for t in self.THRESHOLDS]
+        self.table = KnobTable(self.THRESHOLDS, *validation_curve(ctx.val, choices), margin=ctx.margin)
         return self
 
     @staticmethod
@@ -503,18 +567,12 @@ class CalibratedThresholdRouter(Router):
         cheapest = np.where(clears, costs, np.inf).argmin(axis=1)
         return np.where(clears.any(axis=1), cheapest, p.argmax(axis=1))
 
-    def route(self, emb, costs, tau=None):
-        if tau is None:
-            raise ValueError(f"{self.name} needs tau")
-        thresholds = np.broadcast_to(self.table.knob(tau), (len(emb),))
-        p = self.predictor.predict(emb)
-        knob = float(thresholds[0]) if np.ndim(tau) == 0 else None
-        return Routed(self.choose(p, costs, thresholds), knob=knob)
+    def route_knobs(self, emb, costs, knobs):
+        return self.choose(self.predictor.predict(emb), costs, np.asarray(knobs))
 
 
-class OmniRouterRouter(Router):
-    name = "OmniRouter-Style"
-    tau_capable = True  # one tau per routed batch: the dual is solved on the batch
+class OmniRouterRouter(KnobRouter):
+    name = "OmniRouter-Style"  # one tau per routed batch: the dual is solved on the batch
     N_ALPHA: ClassVar[int] = 81
 
     def __init__(self, retrieval_k: int = 10):
@@ -528,9 +586,8 @@ class OmniRouterRouter(Router):
         lo = p_val[np.arange(len(p_val)), self.choice(p_val, c_val, 0.0)].mean()
         hi = p_val.max(axis=1).mean()
         alphas = np.linspace(lo, hi, self.N_ALPHA)
-        scores = np.nan_to_num(ctx.val.scores, nan=0.0)
-        acc = [scores[np.arange(len(p_val)), self.solve(p_val, c_val, a)].mean() for a in alphas]
-        self.table = KnobTable(alphas, np.asarray(acc), ctx.margin)
+        choices = [self.solve(p_val, c_val, a) for a in alphas]
+        self.table = KnobTable(alphas, *validation_curve(ctx.val, choices), margin=ctx.margin)
         return self
 
     def predict(self, emb: np.ndarray) -> np.ndarray:
@@ -558,11 +615,14 @@ class OmniRouterRouter(Router):
                 low = mid
         return cls.choice(p, c_hat, 10**high)
 
-    def route(self, emb, costs, tau=None):
-        if tau is None or np.ndim(tau) != 0:
-            raise ValueError(f"{self.name} routes a batch at one scalar tau")
-        alpha = float(self.table.knob(tau)[0])
-        return Routed(self.solve(self.predict(emb), costs / self.cost_scale, alpha), knob=alpha)
+    def route_knobs(self, emb, costs, knobs):
+        """Each distinct alpha's dual is solved on the whole batch; its queries take that routing."""
+        p, c_hat = self.predict(emb), costs / self.cost_scale
+        choice = np.zeros(len(emb), dtype=np.int64)
+        for alpha in np.unique(knobs):
+            rows = knobs == alpha
+            choice[rows] = self.solve(p, c_hat, float(alpha))[rows]
+        return choice
 
 
 def _argmax_tiebreak(score: np.ndarray, secondary: np.ndarray, tol: float = 1e-12) -> np.ndarray:

@@ -32,7 +32,9 @@
   disagree) scores the most direct switching rule there is.
 - PROTEUS routes each test query with its prompt's mixing draw (``predictor.mixing_draw``), so an
   artifact with a cost frontier mixes operating points exactly as the proxy does; the CLI adds the
-  same artifact without mixing as the ablation row ``No-Mixing``.
+  same artifact without mixing as the ablation row ``No-Mixing``, and ``baselines_mixed_per_tau``
+  scores Calibrated-Threshold and OmniRouter-Style given the same mixing over their validation cost
+  frontiers (a probe: how much of PROTEUS's cost edge mixing alone would give them).
 - Tiers split tau_range into three equal parts (Economy, Standard, Premium); a tier's accuracy and
   cost are the means over 5 evenly spaced taus in it; ``margin_pp`` = accuracy - the tier's middle
   tau (the paper's "margin"), ``worst_margin_pp`` = the smallest accuracy - tau inside the tier.
@@ -50,7 +52,17 @@ from litellm_proteus.model import ProteusModel
 
 from ..routing import route_log
 from . import dynamic as dyn
-from .baselines import FitContext, FixedRouter, PairwiseSwitchRouter, Routed, Router, Split, fit_baselines
+from .baselines import (
+    FitContext,
+    FixedRouter,
+    KnobRouter,
+    MixedKnobRouter,
+    PairwiseSwitchRouter,
+    Routed,
+    Router,
+    Split,
+    fit_baselines,
+)
 from .limit import limit_curve
 from .metrics import (
     Bootstrap,
@@ -391,6 +403,14 @@ def evaluate(
     for name, rows_ in baselines_per_tau.items():
         for row in rows_:
             row["validated"] = validated_top[name] is None or row["tau"] <= validated_top[name] + 1e-9
+    # the tau-capable baselines given PROTEUS's operating-point mixing (a probe, not paper baselines)
+    baselines_mixed_per_tau = {}
+    if test.draws is not None:
+        for router in routers:
+            if isinstance(router, KnobRouter) and router.table.frontier is not None:
+                baselines_mixed_per_tau[router.name] = sweep(MixedKnobRouter(router), test, grid).rows(boot, limit)
+                for row in baselines_mixed_per_tau[router.name]:
+                    row["validated"] = row["tau"] <= validated_top[router.name] + 1e-9
     adapt = adaptability(curves[PROTEUS])
     adapt["floor_compliance_ci_low"] = float(np.mean([r["meets_floor_ci_low"] for r in per_tau]))
 
@@ -485,6 +505,7 @@ def evaluate(
             "routers": compliance,
         },
         "baselines_per_tau": baselines_per_tau,
+        "baselines_mixed_per_tau": baselines_mixed_per_tau,
         "baselines_validated_top": validated_top,
         "tiers": tier_rows,
         "dynamic": dynamic,

@@ -265,7 +265,11 @@ def table2_text(m: dict) -> str:
         ("Calibrated-Threshold", "what an operator does today, tuned per tau on validation"),
         ("OmniRouter-Style", "the paper reports 22% floor compliance for OmniRouter on RouterBench"),
     ):
-        out.append(compare_tau_baseline(rows, m["baselines_per_tau"][name], name, note, m.get("baselines_validated_top", {}).get(name)))
+        top = m.get("baselines_validated_top", {}).get(name)
+        out.append(compare_tau_baseline(rows, m["baselines_per_tau"][name], name, note, top))
+        if name in m.get("baselines_mixed_per_tau", {}):
+            out.append(compare_tau_baseline(rows, m["baselines_mixed_per_tau"][name], f"{name} + mixing",
+                                            "given PROTEUS's operating-point mixing over its own validation frontier; a probe", top))
     acc_ok = m["acceptance"]
     best = m["best_single_test"]
     out.append(

@@ -15,6 +15,7 @@ from train.evaluation.baselines import (
     KnobTable,
     KNNPredictor,
     KNNRouter,
+    MixedKnobRouter,
     MLPRouter,
     OmniRouterRouter,
     PairwiseSwitchPredictor,
@@ -125,6 +126,42 @@ def test_knob_table_uses_the_lower_envelope():
     # the highest tau validation supports: the envelope's top minus the margin
     assert table.validated_top == pytest.approx(0.7)
     assert KnobTable(np.array([0.0, 1.0]), np.array([0.6, 0.9]), margin=0.05).validated_top == pytest.approx(0.85)
+
+
+def test_knob_table_mixes_the_two_frontier_knobs_around_tau():
+    # knob 0.5 costs more than the chord from 0.0 to 1.0 buys: off the frontier
+    table = KnobTable(np.array([0.0, 0.5, 1.0]), np.array([0.6, 0.7, 0.9]), val_cost=np.array([1.0, 3.0, 4.0]))
+    assert table.frontier.tolist() == [0, 2]
+    draws = (np.arange(1000) + 0.5) / 1000
+    knobs = table.mixed_knobs(0.75, draws)  # (0.75 - 0.6) / (0.9 - 0.6): half the queries at 1.0
+    assert set(knobs.tolist()) == {0.0, 1.0} and np.mean(knobs == 1.0) == pytest.approx(0.5)
+    assert np.array_equal(knobs == 1.0, draws < 0.5)  # the draw decides, query by query
+    per_query = table.mixed_knobs(np.array([0.55, 0.9, 0.95]), np.array([0.99, 0.99, 0.0]))
+    assert per_query.tolist() == [0.0, 1.0, 1.0]  # below the cheapest point; the top; beyond validation
+    with pytest.raises(ValueError, match="val_cost"):
+        KnobTable(np.array([0.0, 1.0]), np.array([0.6, 0.9])).mixed_knobs(0.7, draws)
+
+
+@pytest.mark.parametrize("router_class", [CalibratedThresholdRouter, OmniRouterRouter])
+def test_mixed_knob_router_routes_each_query_at_its_drawn_knob(synth_ctx, synth_splits, router_class):
+    test = synth_splits[2]
+    base = router_class().fit(synth_ctx)
+    draws = np.random.default_rng(0).random(len(test))
+    mixed = MixedKnobRouter(base)
+    assert mixed.name == f"{base.name} + mixing" and mixed.validated_top() == base.validated_top()
+    with pytest.raises(ValueError, match="draws"):
+        mixed.route_split(test, 0.6)
+    split = Split(test.emb, test.scores, test.costs, draws)
+    lo, hi = base.table.envelope[base.table.frontier[[0, -1]]]
+    tau = float((lo + hi) / 2)
+    knobs = base.table.mixed_knobs(tau, draws)
+    assert len(np.unique(knobs)) == 2
+    expected = base.route_knobs(test.emb, test.costs, knobs)
+    assert np.array_equal(mixed.route_split(split, tau).assign, expected)
+    for knob in np.unique(knobs):  # each group routes as the plain router at that knob would
+        rows = knobs == knob
+        alone = base.route_knobs(test.emb, test.costs, np.full(len(test), knob))
+        assert np.array_equal(expected[rows], alone[rows])
 
 
 def test_validated_top_of_routers(synth_ctx):

@@ -96,6 +96,10 @@ def test_train_then_eval(tmp_path, tiny_bert):
     # the artifact mixes frontier points, so the same artifact without mixing is scored beside it
     assert manifest["calibration"]["frontier_policy_tau"]
     assert "No-Mixing" in metrics["ablations"] and "No-Mixing" in report.split("## Table 4")[1]
+    mixed = metrics["baselines_mixed_per_tau"]
+    assert set(mixed) == {"Calibrated-Threshold", "OmniRouter-Style"}
+    assert all([r["tau"] for r in rows] == [r["tau"] for r in metrics["per_tau"]] for rows in mixed.values())
+    assert "Calibrated-Threshold + mixing" in report.split("## Table 2")[1].split("## Table 4")[0]
     no_mixing = metrics["ablations"]["No-Mixing"]
     assert f"{no_mixing['delta_mean_cost_pct']:+.0f}% cost" in report.split("## Table 4")[1]
 
