@@ -9,7 +9,7 @@ runtime settings updates reach it the same way::
       routing_strategy_args:
         artifact: null            # null = the bundled default artifact
         device: auto              # auto | cpu | cuda | cuda:N
-        predictor_options: {}     # passed to ProteusPredictor (threads, precision, memory_cache ...)
+        predictor_options: {}     # passed to ProteusPredictor (threads, precision, memory_cache, mix_operating_points ...)
         groups: [proteus-auto]    # model_names routed by PROTEUS; other groups keep LiteLLM's strategy
         default_tier: standard
         tiers: {premium: 0.85, standard: 0.82, economy: 0.79}

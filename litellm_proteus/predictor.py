@@ -150,7 +150,9 @@ class ProteusPredictor:
                 f"encoder {spec.name!r} produces {self.encoder.embed_dim}-d embeddings, artifact expects {spec.embed_dim}"
             )
         self.taus = TauMapper(self.manifest)
-        self.mix_operating_points = bool(mix_operating_points)
+        if not isinstance(mix_operating_points, bool):
+            raise ValueError(f"mix_operating_points must be true or false; got {mix_operating_points!r}")
+        self.mix_operating_points = mix_operating_points
         self.costs = self.manifest.cost_normalizer
         self._torch = torch
 

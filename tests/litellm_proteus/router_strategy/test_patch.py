@@ -121,6 +121,20 @@ def test_unknown_predictor_options_stop_the_router(steerable_artifact):
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"warp_speed": 9}})
 
 
+def test_predictor_options_reach_the_predictor(steerable_artifact):
+    from litellm_proteus.config import ProteusConfig
+    from litellm_proteus.router_strategy.strategy import load_predictor
+
+    def predictor(**options):
+        return load_predictor(ProteusConfig.parse({"artifact": str(steerable_artifact), **options}))
+
+    assert predictor().mix_operating_points is True
+    assert predictor(predictor_options={"mix_operating_points": False}).mix_operating_points is False
+    with pytest.raises(patch.ProteusStartupError, match="mix_operating_points must be true or false; got 'no'"):
+        Router(model_list=model_list(), routing_strategy="proteus",
+               routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"mix_operating_points": "no"}})
+
+
 def test_check_litellm_fails_loudly_when_internals_change(monkeypatch):
     patch.check_litellm()
     monkeypatch.delattr(Router, "_get_routing_context")
