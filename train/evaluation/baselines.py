@@ -53,7 +53,7 @@ from litellm_proteus.predictor import frontier_share
 
 from ..fitting import fit_early_stopping
 from ..ppo import cost_frontier
-from .metrics import oracle_choice
+from .metrics import accuracy, oracle_choice, per_query
 
 
 @dataclass
@@ -324,9 +324,8 @@ class FitContext:
 # ----------------------------------------------------------------------------------------------
 def validation_curve(val: Split, choices: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(accuracy, mean cost) on validation of each routing in ``choices`` (a model per query)."""
-    rows = np.arange(len(val))
     scores = np.nan_to_num(val.scores, nan=0.0)
-    return np.array([scores[rows, c].mean() for c in choices]), np.array([val.costs[rows, c].mean() for c in choices])
+    return np.array([accuracy(c, scores) for c in choices]), np.array([per_query(c, val.costs).mean() for c in choices])
 
 
 class KnobTable:
@@ -366,9 +365,9 @@ class KnobTable:
             raise ValueError("mixing needs the knobs' validation costs (KnobTable(val_cost=...))")
         taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), np.shape(draws))
         knobs = self.knob(taus).astype(np.float64)
-        accuracy = self.envelope[self.frontier]
+        frontier_accuracy = self.envelope[self.frontier]
         for t in np.unique(taus[taus <= self.validated_top + 1e-12]):
-            lower, upper, share = frontier_share(accuracy, float(t) + self.margin)
+            lower, upper, share = frontier_share(frontier_accuracy, float(t) + self.margin)
             rows = taus == t
             knobs[rows] = np.where(draws[rows] < share, self.knobs[self.frontier[upper]], self.knobs[self.frontier[lower]])
         return knobs
