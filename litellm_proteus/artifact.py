@@ -40,6 +40,10 @@ class EncoderSpec(BaseModel):
     pooling: str = "mean-l2"
     bundled: bool = Field(False, description="weights live in the artifact (fine-tuned or static): name is a sub-folder")
     static_from: str | None = Field(None, description="static token table distilled from this encoder (proteus distill-static)")
+    files_sha256: dict[str, str] = Field(
+        default_factory=dict,
+        description="bundled encoder: file (relative to the folder) -> SHA-256, checked when the artifact loads",
+    )
 
     def resolve(self, artifact_dir: str | os.PathLike) -> str:
         """The name/path to load the encoder from."""
@@ -146,8 +150,32 @@ def file_sha256(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def encoder_files_sha256(folder: str | os.PathLike) -> dict[str, str]:
+    """file (POSIX path relative to ``folder``) -> SHA-256, for every file below it."""
+    root = Path(folder)
+    return {p.relative_to(root).as_posix(): file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def verify_bundled_encoder(directory: str | os.PathLike, manifest: Manifest) -> None:
+    """A bundled encoder must hold exactly the bytes the manifest recorded: a missing tokenizer file
+    would otherwise load as a stub vocabulary and route every prompt alike, silently."""
+    spec = manifest.encoder
+    if not spec.bundled:
+        return
+    folder = Path(directory) / spec.name
+    if not folder.is_dir():
+        raise ArtifactError(f"artifact {str(directory)!r}: bundled encoder folder {spec.name!r} is missing")
+    for name, expected in spec.files_sha256.items():
+        path = folder / name
+        if not path.is_file():
+            raise ArtifactError(f"{path}: missing (listed in manifest encoder.files_sha256)")
+        if file_sha256(path) != expected:
+            raise ArtifactError(f"{path}: content hash does not match manifest encoder.files_sha256 (corrupt or replaced)")
+
+
 def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Path:
-    """Write weights then the manifest (with the weights' hash) into ``directory``."""
+    """Write weights then the manifest (with the weights' hash, and the bundled encoder's file hashes
+    when its folder is already in place) into ``directory``."""
     from safetensors.torch import save_file
 
     out = Path(directory)
@@ -157,6 +185,9 @@ def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Pa
     # weights got different bytes (and weights_sha256) from run to run.
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": f"proteus-v{FORMAT_VERSION}"})
     manifest = manifest.model_copy(update={"weights_sha256": file_sha256(out / WEIGHTS_FILE)})
+    if manifest.encoder.bundled and (out / manifest.encoder.name).is_dir():
+        encoder = manifest.encoder.model_copy(update={"files_sha256": encoder_files_sha256(out / manifest.encoder.name)})
+        manifest = manifest.model_copy(update={"encoder": encoder})
     (out / MANIFEST_FILE).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
     return out
 
@@ -202,6 +233,7 @@ def load_artifact(
         raise ArtifactError(f"artifact {str(directory)!r} has no {WEIGHTS_FILE}")
     if manifest.weights_sha256 and file_sha256(weights) != manifest.weights_sha256:
         raise ArtifactError(f"{weights}: content hash does not match manifest.weights_sha256 (corrupt or replaced)")
+    verify_bundled_encoder(directory, manifest)
     if expected_models is not None and list(expected_models) != manifest.models:
         raise ArtifactError(f"{directory}: models {manifest.models} != expected {list(expected_models)}")
     if expected_encoder is not None and expected_encoder != manifest.encoder.name:

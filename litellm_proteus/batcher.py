@@ -107,16 +107,29 @@ class MicroBatcher(Generic[T, R]):
             live = [job for job in batch if job.future.set_running_or_notify_cancel()]
             if live:
                 self.batch_sizes = (self.batch_sizes + [len(live)])[-1000:]
-                try:
-                    results = list(self._fn([job.item for job in live]))
-                    if len(results) != len(live):
-                        raise RuntimeError(f"batch function returned {len(results)} results for {len(live)} items")
-                except BaseException as exc:  # every waiter must hear about the failure
-                    logger.exception("routing batch of %d failed", len(live))
-                    for job in live:
-                        job.future.set_exception(exc)
-                else:
-                    for job, result in zip(live, results):
-                        job.future.set_result(result)
+                self._run_batch(live)
             if stop:
                 return
+
+    def _call(self, jobs: list[_Job]) -> list:
+        results = list(self._fn([job.item for job in jobs]))
+        if len(results) != len(jobs):
+            raise RuntimeError(f"batch function returned {len(results)} results for {len(jobs)} items")
+        return results
+
+    def _run_batch(self, live: list[_Job]) -> None:
+        """Run one batch; if it fails, run its items one by one, so that one bad request fails alone
+        instead of taking every request batched with it down (every waiter hears its own outcome)."""
+        try:
+            results = self._call(live)
+        except BaseException as exc:
+            if len(live) == 1:
+                logger.exception("routing decision failed")
+                live[0].future.set_exception(exc)
+                return
+            logger.warning("routing batch of %d failed (%r); retrying its items one by one", len(live), exc)
+            for job in live:
+                self._run_batch([job])
+            return
+        for job, result in zip(live, results):
+            job.future.set_result(result)

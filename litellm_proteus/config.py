@@ -50,6 +50,8 @@ class RedisSettings(BaseModel):
     timeout_ms: float = Field(50.0, gt=0, le=10_000, description="per lookup; slower Redis -> default tier")
     key_prefix: str = "proteus:tier:"
     cache_ttl_s: float = Field(5.0, ge=0, le=3600, description="in-process cache of looked-up tiers (0 = off)")
+    retry_after_s: float = Field(1.0, ge=0, le=3600, description="after a failed lookup, the default tier without asking Redis for this long")
+    max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per event loop")
 
     @field_validator("url", "password", mode="before")
     @classmethod
@@ -101,6 +103,11 @@ class ProteusConfig(BaseModel):
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     log_decisions: bool = True
+    allow_direct_deployments: bool = Field(
+        False,
+        description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
+        "and so skip tau and tiers?",
+    )
 
     @field_validator("device")
     @classmethod

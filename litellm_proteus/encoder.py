@@ -145,7 +145,12 @@ def load_static_table(path: Path, device: str):
     import torch
     from safetensors.torch import load_file
 
-    tensors = load_file(str(path))
+    from safetensors import SafetensorError
+
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{path}: unreadable static token table ({exc})") from exc
     if STATIC_TABLE_KEY not in tensors or tensors[STATIC_TABLE_KEY].ndim != 2:
         raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -319,8 +324,21 @@ class MemoryLRU:
         return len(self._items)
 
 
+def valid_text(text: object) -> str:
+    """``text`` as a string the tokenizer accepts: lone surrogates (a Python str may hold them, e.g.
+    from a JSON ``"\\ud800"`` escape; UTF-8 may not) become U+FFFD instead of failing the request."""
+    text = text if isinstance(text, str) else str(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # via UTF-16: a surrogate pair becomes its character, a lone surrogate U+FFFD
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
 def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate (valid in a Python str, not in UTF-8) must not fail the lookup
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class EmbeddingCache:
@@ -415,6 +433,12 @@ class TextEncoder:
             resolve_precision(precision, self.device)  # still reject names that are not precisions
             self.model = None
             self.static_table, self.static_sha256 = load_static_table(table_path, self.device)
+            if len(self.tokenizer) != self.static_table.shape[0]:  # e.g. tokenizer.json missing: a stub vocabulary
+                raise ValueError(
+                    f"encoder {name_or_path!r}: the tokenizer has {len(self.tokenizer)} tokens but the static table "
+                    f"{table_path.name} has {self.static_table.shape[0]} rows; the folder is incomplete or mixed "
+                    "(re-run proteus distill-static)"
+                )
             self.precision, self.backend, self._runner = "fp32", "static", None
             self.embed_dim = int(self.static_table.shape[1])
         else:
@@ -631,7 +655,7 @@ class TextEncoder:
 
     def encode(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Embed texts (cached when a cache_dir was given); float32 [N, D], input order."""
-        texts = [t if isinstance(t, str) else str(t) for t in texts]
+        texts = [valid_text(t) for t in texts]
         result = np.zeros((len(texts), self.embed_dim), dtype=np.float32)
         keys = [text_hash(t) for t in texts]
         cached: dict[str, np.ndarray] = {}

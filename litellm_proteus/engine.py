@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import ProteusConfig
+from .observability import RateLimitedWarnings
 from .predictor import Candidate, Decision
 
 logger = logging.getLogger("litellm_proteus.engine")
+_warnings = RateLimitedWarnings(logger)
 
 TAU_SOURCES = ("request", "key_metadata", "team_metadata", "redis", "default")
 METADATA_KEYS = ("metadata", "litellm_metadata")
@@ -44,21 +46,25 @@ class DeploymentMappingError(ValueError):
 
 
 # -- tau ------------------------------------------------------------------------------------------
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr`` cut to ``limit`` characters: error messages echo client input, not megabytes of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 def parse_tau(value: Any) -> float:
     """A request's tau: a number (or numeric string) in (0, 1]; anything else is a TauError."""
     if isinstance(value, bool):
         number = math.nan
-    elif isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
+    elif isinstance(value, (int, float, str)):
         try:
-            number = float(value.strip())
-        except ValueError:
+            number = float(value.strip() if isinstance(value, str) else value)
+        except (ValueError, OverflowError):  # OverflowError: an int too large for a float
             number = math.nan
     else:
         number = math.nan
     if not (math.isfinite(number) and 0.0 < number <= 1.0):
-        raise TauError(f"tau must be a number in (0, 1] (the target fraction of correct answers); got {value!r}")
+        raise TauError(f"tau must be a number in (0, 1] (the target fraction of correct answers); got {short_repr(value)}")
     return number
 
 
@@ -87,22 +93,24 @@ class TauResolution:
 
 
 def metadata_tier(metadata: Mapping[str, Any] | None, config: ProteusConfig, where: str) -> str | None:
-    """The tier named in a key's/team's metadata; unknown names are ignored with a warning."""
+    """The tier named in a key's/team's metadata; anything but a configured tier name is ignored
+    with a (rate-limited) warning: the request still gets served, at the next source's tier."""
     if not isinstance(metadata, Mapping):
         return None
     tier = metadata.get(config.tier_metadata_key)
     if tier is None:
         return None
-    if tier not in config.tiers:
-        logger.warning(
-            "ignoring %s.%s=%r: not a configured tier (allowed: %s)",
+    if not isinstance(tier, str) or tier not in config.tiers:
+        _warnings.warn(
+            f"tier:{where}",
+            "ignoring %s.%s=%s: not a configured tier (allowed: %s)",
             where,
             config.tier_metadata_key,
-            tier,
+            short_repr(tier),
             sorted(config.tiers),
         )
         return None
-    return str(tier)
+    return tier
 
 
 def tier_from_metadata(
@@ -167,55 +175,100 @@ class Prices:
     source: str  # litellm_params | model_info | cost_map:<key>
 
 
-def _price_pair(entry: Mapping[str, Any] | None) -> tuple[float, float] | None:
-    if not isinstance(entry, Mapping) or entry.get("input_cost_per_token") is None:
+PRICE_FIELDS = ("input_cost_per_token", "output_cost_per_token")
+
+
+def _override_price(entry: Any, field: str, where: str) -> float | None:
+    """An operator-set price: absent -> None; present but not a number >= 0 -> DeploymentMappingError."""
+    if not isinstance(entry, Mapping) or entry.get(field) is None:
         return None
+    value = entry[field]
     try:
-        pair = (float(entry["input_cost_per_token"]), float(entry.get("output_cost_per_token") or 0.0))
-    except (TypeError, ValueError):
-        return None
-    return pair if all(math.isfinite(p) and p >= 0 for p in pair) else None
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not (math.isfinite(number) and number >= 0):
+        raise DeploymentMappingError(f"{where}.{field}={short_repr(value)}: must be a number >= 0 (USD per token)")
+    return number
+
+
+def _cost_map_prices(
+    deployment: Mapping[str, Any], cost_map: Mapping[str, Mapping[str, Any]] | None
+) -> tuple[str, tuple[float | None, float | None]] | None:
+    """(key, (input, output)) of the first cost-map entry with a usable input price: by deployment
+    id, model, model without provider prefix, ``model_info.base_model``."""
+    if cost_map is None:
+        import litellm
+
+        cost_map = litellm.model_cost
+    params = deployment.get("litellm_params") or {}
+    info = deployment.get("model_info") or {}
+    keys = [deployment_id(deployment), *_model_name_variants(str(params.get("model", "")))]
+    if info.get("base_model"):
+        keys.append(str(info["base_model"]))
+    for key in filter(None, keys):
+        try:
+            pair = tuple(_override_price(cost_map.get(key), f, "cost_map") for f in PRICE_FIELDS)
+        except DeploymentMappingError:  # a broken map entry is not the operator's: try the next key
+            continue
+        if pair[0] is not None:
+            return key, pair  # type: ignore[return-value]
+    return None
 
 
 def deployment_prices(
     deployment: Mapping[str, Any], cost_map: Mapping[str, Mapping[str, Any]] | None = None
 ) -> Prices | None:
-    """Live per-token prices of a deployment (see the module docstring for the order)."""
-    params = deployment.get("litellm_params") or {}
-    info = deployment.get("model_info") or {}
-    for source, entry in (("litellm_params", params), ("model_info", info)):
-        pair = _price_pair(entry)
-        if pair:
-            return Prices(*pair, source=source)
-    if cost_map is None:
-        import litellm
-
-        cost_map = litellm.model_cost
-    keys = [deployment_id(deployment), *_model_name_variants(str(params.get("model", "")))]
-    if info.get("base_model"):
-        keys.append(str(info["base_model"]))
-    for key in keys:
-        pair = _price_pair(cost_map.get(key)) if key else None
-        if pair:
-            return Prices(*pair, source=f"cost_map:{key}")
-    return None
+    """Live per-token prices of a deployment, field by field: ``litellm_params``, then ``model_info``,
+    then LiteLLM's cost map (overriding only the output price keeps the map's input price, as
+    LiteLLM's own spend tracking does).  An override that is not a number >= 0 is a
+    DeploymentMappingError naming it; no input price anywhere -> None; no output price -> 0."""
+    name = deployment.get("model_name", "?")
+    overrides = {
+        where: {f: _override_price(deployment.get(where), f, f"deployment {name!r}: {where}") for f in PRICE_FIELDS}
+        for where in ("litellm_params", "model_info")
+    }
+    chosen: dict[str, tuple[float, str]] = {}
+    for field in PRICE_FIELDS:
+        for where, values in overrides.items():
+            if values[field] is not None:
+                chosen[field] = (values[field], where)
+                break
+    if len(chosen) < len(PRICE_FIELDS):
+        found = _cost_map_prices(deployment, cost_map)
+        if found is not None:
+            key, pair = found
+            for field, value in zip(PRICE_FIELDS, pair):
+                if field not in chosen and value is not None:
+                    chosen[field] = (value, f"cost_map:{key}")
+    if PRICE_FIELDS[0] not in chosen:
+        return None
+    sources = list(dict.fromkeys(chosen[f][1] for f in PRICE_FIELDS if f in chosen))  # input's first
+    output = chosen.get(PRICE_FIELDS[1], (0.0, ""))[0]
+    return Prices(chosen[PRICE_FIELDS[0]][0], output, source="+".join(sources))
 
 
 def failed_deployment_ids(*metadatas: Mapping[str, Any] | None) -> list[str]:
     """Deployment ids LiteLLM recorded as failed for this request, oldest first.
 
     LiteLLM 1.106 appends one record per failed attempt to ``metadata.previous_models``
-    (``deployment_id``); older releases stored the failed call's kwargs (``model_info.id``)."""
+    (``deployment_id``); older releases stored the failed call's kwargs (``model_info.id``).
+    Malformed records are skipped.  (The proxy hook drops client-sent breadcrumbs: only LiteLLM's
+    own retries may shrink the candidate set.)"""
     ids: list[str] = []
     for metadata in metadatas:
         if not isinstance(metadata, Mapping):
             continue
-        for record in metadata.get("previous_models") or ():
+        records = metadata.get("previous_models")
+        if not isinstance(records, (list, tuple)):
+            continue
+        for record in records:
             if not isinstance(record, Mapping):
                 continue
-            dep_id = record.get("deployment_id") or (record.get("model_info") or {}).get("id")
-            if dep_id and str(dep_id) not in ids:
-                ids.append(str(dep_id))
+            info = record.get("model_info")
+            dep_id = record.get("deployment_id") or (info.get("id") if isinstance(info, Mapping) else None)
+            if isinstance(dep_id, str) and dep_id and dep_id not in ids:
+                ids.append(dep_id)
     return ids
 
 
@@ -252,27 +305,6 @@ class Routed:
     prompt_tokens: int
     cost_usd: float  # estimated cost of this request on the chosen deployment
     costs_usd: tuple[float, ...]  # per candidate, in the order given
-
-
-def prompt_text(messages: Sequence[Mapping[str, Any]] | None, input: Any = None) -> str:
-    """The query the router embeds: the text of every message, in order (the encoder keeps the
-    tail, i.e. the latest turn, when it is too long); for embeddings/completions the ``input``."""
-    if messages:
-        parts: list[str] = []
-        for message in messages:
-            content = message.get("content") if isinstance(message, Mapping) else None
-            if isinstance(content, str):
-                parts.append(content)
-            elif isinstance(content, list):  # multimodal: keep the text parts
-                parts.extend(
-                    str(p.get("text", "")) for p in content if isinstance(p, Mapping) and p.get("type") == "text"
-                )
-        return "\n".join(p for p in parts if p)
-    if isinstance(input, str):
-        return input
-    if isinstance(input, list):
-        return "\n".join(str(x) for x in input)
-    return ""
 
 
 def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -73,6 +75,25 @@ class DecisionRecord:
             return cls(**{k: data[k] for k in cls.__dataclass_fields__})
         except (KeyError, TypeError):
             return None
+
+
+class RateLimitedWarnings:
+    """At most one warning line per ``kind`` every ``every_s`` seconds: a misconfiguration that hits
+    every request (an unknown tier in a key's metadata, Redis down) must not flood the log."""
+
+    def __init__(self, logger: logging.Logger, every_s: float = 30.0):
+        self.logger, self.every_s = logger, every_s
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def warn(self, kind: str, message: str, *args: Any) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(kind, -self.every_s) < self.every_s:
+                return False
+            self._last[kind] = now
+        self.logger.warning(message, *args)
+        return True
 
 
 def log_decision(record: DecisionRecord) -> None:

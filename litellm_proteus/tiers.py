@@ -48,6 +48,7 @@ class TierStore:
         self._async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._sync_client: Any = None
         self._cache: dict[str, tuple[str | None, float]] = {}
+        self._down_until = 0.0  # monotonic time before which Redis is not asked (after a failure)
 
     def redis_key(self, key_hash: str) -> str:
         return f"{self.settings.key_prefix}{key_hash}"
@@ -66,22 +67,42 @@ class TierStore:
                 socket_connect_timeout=self.timeout,
                 decode_responses=True,
                 retry_on_timeout=False,
+                max_connections=self.settings.max_connections,  # a slow Redis must not pile up sockets
             )
             self._async_clients[loop] = client
         return client
 
+    async def aclose(self) -> None:
+        """Close the running loop's client (a private loop, as the sync Router path uses, ends with it)."""
+        client = self._async_clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
     async def aget(self, key_hash: str) -> str | None:
-        """The key's tier or None; TierStoreError when Redis cannot answer within the timeout."""
+        """The key's tier or None; TierStoreError when Redis cannot answer within the timeout.
+
+        After a connection failure or timeout Redis is not asked again for ``retry_after_s``: a
+        Redis outage costs each request nothing, instead of one timeout."""
         now = time.monotonic()
         cached = self._cache.get(key_hash)
         if cached is not None and cached[1] > now:
             return cached[0]
+        if now < self._down_until:
+            raise TierStoreError(f"Redis at {self._where()} failed recently; asking again in {self._down_until - now:.1f} s")
+        import redis
+
         try:
             tier = await asyncio.wait_for(self._async_client().get(self.redis_key(key_hash)), self.timeout)
-        except (asyncio.TimeoutError, OSError) as exc:
-            raise TierStoreError(f"Redis at {self._where()} did not answer within {self.settings.timeout_ms} ms ({exc!r})") from exc
-        except Exception as exc:  # redis.exceptions.* (ConnectionError, TimeoutError, ResponseError ...)
-            raise TierStoreError(f"Redis at {self._where()} failed: {exc!r}") from exc
+        except redis.exceptions.ResponseError as exc:  # Redis answered (e.g. WRONGTYPE): this key only
+            raise TierStoreError(f"Redis at {self._where()}: {exc}") from exc
+        except (asyncio.TimeoutError, OSError, redis.exceptions.RedisError) as exc:
+            self._down_until = time.monotonic() + self.settings.retry_after_s
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise TierStoreError(f"Redis at {self._where()} failed or did not answer within {self.settings.timeout_ms} ms ({reason})") from exc
+        except Exception as exc:  # anything else from the client library: still never a failed request
+            raise TierStoreError(f"Redis at {self._where()} failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(tier, str):
+            tier = None
         if self.settings.cache_ttl_s > 0:
             if len(self._cache) >= CACHE_MAX_ENTRIES:
                 self._cache.clear()
@@ -114,12 +135,18 @@ class TierStore:
         return bool(self._client().delete(self.redis_key(key_hash)))
 
     def list(self, limit: int = 10_000) -> list[tuple[str, str]]:
+        """(key hash, tier) pairs; a key holding something other than a string shows as unreadable."""
+        import redis
+
         client = self._client()
         out: list[tuple[str, str]] = []
         for redis_key in client.scan_iter(match=f"{self.settings.key_prefix}*", count=500):
             if len(out) >= limit:
                 break
-            tier = client.get(redis_key)
+            try:
+                tier = client.get(redis_key)
+            except redis.exceptions.ResponseError as exc:  # e.g. WRONGTYPE: report it, list the rest
+                tier = f"<unreadable: {exc}>"
             if tier is not None:
                 out.append((redis_key[len(self.settings.key_prefix) :], tier))
         return sorted(out)

@@ -816,10 +816,11 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         },
         package_version=__version__,
     )
-    save_artifact(out_dir, model, manifest)
+    # The encoder goes in first: save_artifact records its files' hashes in the manifest.
     if config.finetune_encoder:
         encoder.model.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
         encoder.tokenizer.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
     if static_dir is not None:
         copy_static_encoder(static_dir, Path(out_dir) / BUNDLED_ENCODER_DIR)
+    save_artifact(out_dir, model, manifest)
     return manifest

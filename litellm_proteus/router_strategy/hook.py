@@ -5,8 +5,10 @@ import registers the strategy (see ``patch.py``) before the proxy builds its Rou
 it:
 
 - rejects a bad ``tau`` (not a number, NaN, <= 0 or > 1) with HTTP 400 naming ``tau`` and the
-  accepted range, before any routing work (``async_pre_call_hook``);
-- drops a client-sent ``metadata.proteus`` (only the router may write the decision there);
+  accepted range (and a ``metadata`` that is not an object, naming ``metadata``), before any routing work (``async_pre_call_hook``), for every request PROTEUS may
+  route: its group's, or a fallback's;
+- drops a client-sent ``metadata.proteus`` (only the router may write the decision there) on every
+  request, and client-sent retry breadcrumbs (``previous_models``) on those PROTEUS may route;
 - adds the decision headers to the response (``async_post_call_response_headers_hook``).
 
 LiteLLM detects hook overrides on the leaf class, so they are defined here directly.
@@ -16,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import HTTPException
 from litellm.integrations.custom_logger import CustomLogger
+from litellm.proxy._types import ProxyException
 
-from ..engine import METADATA_KEYS, TauError, request_tau
+from ..engine import METADATA_KEYS, TauError, request_tau, short_repr
 from ..observability import DecisionRecord
 from .patch import active_strategy
 from .strategy import DECISION_METADATA_KEY
@@ -35,18 +37,39 @@ def decision_from_request(data: dict) -> DecisionRecord | None:
     return None
 
 
+# Written by LiteLLM's router during retries (``Router.log_retry``); a client that sends them could
+# shrink PROTEUS's candidate set to the deployments it wants.
+RETRY_BREADCRUMBS = ("previous_models", "request_retry_count")
+
+
+def bad_request(message: str, param: str) -> ProxyException:
+    """HTTP 400 in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), the
+    same on every endpoint (an HTTPException's detail comes out as a dict repr on some)."""
+    return ProxyException(message=message, type="invalid_request_error", param=param, code=400)
+
+
 class ProteusHook(CustomLogger):
     async def async_pre_call_hook(self, user_api_key_dict: Any, cache: Any, data: dict, call_type: Any) -> dict | None:
         strategy = active_strategy()
-        if strategy is None or not isinstance(data, dict) or not strategy.manages(data.get("model")):
+        if strategy is None or not isinstance(data, dict):
             return None
+        metadatas = [data[key] for key in METADATA_KEYS if isinstance(data.get(key), dict)]
+        for metadata in metadatas:  # on every group: the response headers are built from it
+            metadata.pop(DECISION_METADATA_KEY, None)
+        if not strategy.reaches(data.get("model"), data.get("fallbacks")):
+            return data
         for key in METADATA_KEYS:
-            if isinstance(data.get(key), dict):
-                data[key].pop(DECISION_METADATA_KEY, None)
+            if data.get(key) is not None and not isinstance(data[key], dict):
+                raise bad_request(
+                    f"{key} must be a JSON object, e.g. {{\"tau\": 0.9}}; got {short_repr(data[key])}", key
+                )
+        for metadata in metadatas:
+            for key in RETRY_BREADCRUMBS:
+                metadata.pop(key, None)
         try:
             request_tau(*(data.get(k) for k in METADATA_KEYS))
         except TauError as exc:
-            raise HTTPException(status_code=400, detail={"error": f"invalid metadata.tau: {exc}", "param": "tau"}) from exc
+            raise bad_request(f"invalid metadata.tau: {exc}", "tau") from exc
         return data
 
     async def async_post_call_response_headers_hook(

@@ -26,12 +26,12 @@ import litellm
 from litellm import Router
 from litellm.router_utils import routing_groups
 
-from ..artifact import ArtifactError, read_manifest
+from ..artifact import MANIFEST_FILE, ArtifactError, file_sha256, read_manifest
 from ..config import STRATEGY_NAME, ProteusConfig, ProteusConfigError
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
 from ..tiers import TierStore
-from .strategy import ProteusRoutingStrategy, artifact_dir, load_predictor
+from .strategy import ProteusRoutingStrategy, artifact_dir, load_predictor, release_unused
 
 logger = logging.getLogger("litellm_proteus.router")
 SUPPORTED_LITELLM = "1.106.0"
@@ -104,6 +104,8 @@ def _litellm_version() -> str:
 
 # The most recently installed strategy: the proxy hook (pre-call validation, headers) reads it.
 _active: weakref.ref | None = None
+# Each Router's current strategy: what they use stays loaded, what none uses is released.
+_installed: "weakref.WeakKeyDictionary[Router, ProteusRoutingStrategy]" = weakref.WeakKeyDictionary()
 
 
 def active_strategy() -> ProteusRoutingStrategy | None:
@@ -135,15 +137,20 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
     except DeploymentMappingError as exc:
         problems.append(str(exc))
     try:
-        engine.predictor = predictor = load_predictor(config, engine.manifest.weights_sha256)
+        fingerprint = file_sha256(artifact_dir(config) / MANIFEST_FILE)  # covers the weights' hash too
+        engine.predictor = predictor = load_predictor(config, fingerprint)
     except (ArtifactError, ValueError, OSError) as exc:
         problems.append(f"artifact {artifact_dir(config)}: {exc}")
+    except Exception as exc:  # e.g. a corrupt encoder file: still a start-up error that names it
+        problems.append(f"artifact {artifact_dir(config)}: cannot load ({type(exc).__name__}: {exc})")
     if problems:
         raise _startup_error("; ".join(problems))
     strategy = ProteusRoutingStrategy(router, config, engine, TierStore(config.redis) if config.redis else None)
     router.set_custom_routing_strategy(strategy)
     router.proteus_strategy = strategy  # type: ignore[attr-defined]  # for introspection and tests
     _active = weakref.ref(strategy)
+    _installed[router] = strategy
+    release_unused(list(_installed.values()))  # what this router's previous strategy alone used
     if config.log_decisions:
         ensure_log_handler()
     logger.info(
@@ -173,6 +180,8 @@ def apply() -> None:
             install(self, routing_strategy_args)
         else:
             self.__dict__.pop("proteus_strategy", None)
+            if _installed.pop(self, None) is not None:
+                release_unused(list(_installed.values()))
 
     @functools.wraps(original_apply_args)
     def _apply_updated_routing_strategy_args(self: Router) -> None:

@@ -44,12 +44,12 @@ from ..engine import (
     TierChoice,
     exclude_failed,
     failed_deployment_ids,
-    prompt_text,
     request_tau,
     resolve_tau,
     tier_from_metadata,
 )
-from ..observability import DecisionRecord, log_decision, record_metrics, record_tier_error
+from ..prompts import request_text
+from ..observability import DecisionRecord, RateLimitedWarnings, log_decision, record_metrics, record_tier_error
 from ..tiers import TierStore, TierStoreError, hash_key
 
 logger = logging.getLogger("litellm_proteus.router")
@@ -66,13 +66,15 @@ def artifact_dir(config: ProteusConfig) -> Path:
     return Path(config.artifact).expanduser().resolve() if config.artifact else DEFAULT_ARTIFACT_DIR
 
 
-def load_predictor(config: ProteusConfig, weights_sha256: str = ""):
-    """One predictor per (artifact, weights, device, cache) per process: router rebuilds reuse it,
-    a replaced artifact (new weights hash) is loaded afresh."""
+def load_predictor(config: ProteusConfig, fingerprint: str = ""):
+    """One predictor per (artifact, content fingerprint, device, cache, options) per process: router
+    rebuilds reuse it; a replaced artifact is loaded afresh.  ``fingerprint`` must change whenever
+    the manifest or the weights do (``install`` passes the manifest file's hash, which includes the
+    weights' hash): retraining with another calibration margin gives the same weights."""
     from ..predictor import ProteusPredictor
 
     options = tuple(sorted((k, repr(v)) for k, v in config.predictor_options.items()))
-    key = (str(artifact_dir(config)), weights_sha256, config.device, config.encoder_cache_dir, options)
+    key = (str(artifact_dir(config)), fingerprint, config.device, config.encoder_cache_dir, options)
     with _shared_lock:
         if key not in _predictors:
             try:
@@ -103,6 +105,23 @@ def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatche
         return _batchers[key]
 
 
+def release_unused(live: "list[ProteusRoutingStrategy]") -> int:
+    """Drop the predictors and stop the batcher threads that none of the ``live`` strategies uses (a
+    router re-configured with another artifact would otherwise keep the old ones for the life of the
+    process).  Returns how many entries were dropped."""
+    predictors = {id(s.engine.predictor) for s in live}
+    batchers = {id(s.batcher) for s in live}
+    with _shared_lock:
+        stale_batchers = [k for k, b in _batchers.items() if id(b) not in batchers]
+        stale_predictors = [k for k, p in _predictors.items() if id(p) not in predictors]
+        closing = [_batchers.pop(k) for k in stale_batchers]
+        for key in stale_predictors:
+            del _predictors[key]
+    for batcher in closing:
+        batcher.close(timeout=0)  # decisions already queued still run; then the thread ends
+    return len(stale_batchers) + len(stale_predictors)
+
+
 class ProteusRoutingStrategy(CustomRoutingStrategyBase):
     def __init__(self, router: Any, config: ProteusConfig, engine: DecisionEngine, tier_store: TierStore | None):
         self._router = weakref.ref(router)  # the router holds our bound methods: no strong cycle
@@ -111,7 +130,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self.tier_store = tier_store
         self.batcher = shared_batcher(engine, config)
         self._groups = frozenset(config.groups)
-        self._last_warning: dict[str, float] = {}
+        self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
 
     @property
     def router(self) -> Any:
@@ -127,6 +146,26 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             return True
         router = self._router()
         return router is not None and (router.get_model_from_alias(model) or model) in self._groups
+
+    def reaches(self, model: Any, request_fallbacks: Any = None) -> bool:
+        """Whether a request for ``model`` may be routed by PROTEUS: the group is managed, or one of
+        its fallbacks is (the router's fallback tables, with ``*`` entries, and the request's own
+        ``fallbacks``; one level, as LiteLLM falls back)."""
+        if self.manages(model):
+            return True
+        router = self._router()
+        targets: list[Any] = list(request_fallbacks) if isinstance(request_fallbacks, list) else []
+        for table in (
+            getattr(router, "fallbacks", None),
+            getattr(router, "context_window_fallbacks", None),
+            getattr(router, "content_policy_fallbacks", None),
+        ):
+            for entry in table if isinstance(table, list) else ():
+                for source, listed in entry.items() if isinstance(entry, dict) else ():
+                    if source in (model, "*"):
+                        targets.extend(listed if isinstance(listed, list) else [listed])
+        names = (t.get("model") if isinstance(t, dict) else t for t in targets)
+        return any(self.manages(name) for name in names)
 
     # -- LiteLLM entry points -----------------------------------------------------------------
     async def async_get_available_deployment(
@@ -154,8 +193,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             specific_deployment=specific_deployment,
             parent_otel_span=span,
         )
-        if isinstance(healthy, dict):  # a specific deployment was asked for by id
-            return healthy
+        if isinstance(healthy, dict):  # a specific deployment was asked for (by id, or specific_deployment)
+            return self._direct_deployment(model, healthy)
         if not managed:
             return await self._litellm_pick(model, healthy, messages, input, request_kwargs, span)
         return await self._proteus_pick(model, healthy, messages, input, request_kwargs, requested, span)
@@ -177,8 +216,32 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             specific_deployment=specific_deployment,
             request_kwargs=request_kwargs,
         )
+
+        async def pick_then_close():
+            try:
+                return await coroutine
+            finally:  # the private loop ends here: its Redis connections must end with it
+                if self.tier_store is not None:
+                    await self.tier_store.aclose()
+
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="proteus-sync") as pool:
-            return pool.submit(asyncio.run, coroutine).result()
+            return pool.submit(asyncio.run, pick_then_close()).result()
+
+    def _direct_deployment(self, model: str, deployment: dict) -> dict:
+        """A request naming one deployment of a PROTEUS group would skip the tier and tau that the
+        group exists to enforce: refused unless ``allow_direct_deployments``."""
+        group = deployment.get("model_name")
+        if group in self._groups and not self.config.allow_direct_deployments:
+            raise litellm.BadRequestError(
+                message=(
+                    f"model {model!r} names one deployment of the PROTEUS group {group!r}; request model {group!r} "
+                    "(PROTEUS picks the deployment for the request's tau), or set "
+                    "routing_strategy_args.allow_direct_deployments: true"
+                ),
+                model=model,
+                llm_provider=STRATEGY_NAME,
+            )
+        return deployment
 
     # -- picks ----------------------------------------------------------------------------------
     async def _litellm_pick(self, model, healthy, messages, input, request_kwargs, span):
@@ -213,13 +276,20 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         if problems:  # deployments added at runtime (e.g. /model/new) that cannot be scored
             self._warn("unscored", "skipping deployments PROTEUS cannot score: " + "; ".join(problems))
         if not scored:
+            if pool:  # a configuration error, not a transient shortage: say so instead of "try again"
+                raise litellm.InternalServerError(
+                    message=f"PROTEUS cannot route group {model!r}: none of its available deployments can be "
+                    "scored: " + "; ".join(problems),
+                    model=model,
+                    llm_provider=STRATEGY_NAME,
+                )
             raise await async_raise_no_deployment_exception(
                 litellm_router_instance=self.router, model=model, parent_otel_span=span
             )
         tier = await self._tier(metadatas)
         resolution = resolve_tau(self.config, requested, tier)
         routed = await self.batcher.submit(
-            DecisionRequest(prompt_text(messages, input), messages, resolution.tau, scored)
+            DecisionRequest(request_text(messages, input), messages, resolution.tau, scored)
         )
         decision = routed.decision
         chosen = scored[decision.index]
@@ -286,7 +356,4 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         return TierChoice(tier, "redis")
 
     def _warn(self, kind: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last_warning.get(kind, -WARN_EVERY_S) >= WARN_EVERY_S:  # one line per window and kind
-            self._last_warning[kind] = now
-            logger.warning("PROTEUS: %s", message)
+        self._warnings.warn(kind, "PROTEUS: %s", message)

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -109,3 +110,46 @@ def test_bundled_default_artifact_loads():
     assert (DEFAULT_ARTIFACT_DIR / WEIGHTS_FILE).stat().st_size < 10 * 1024 * 1024
     table = DEFAULT_ARTIFACT_DIR / manifest.encoder.name / STATIC_TABLE_FILE
     assert table.stat().st_size < 30 * 1024 * 1024  # fp16, 30,522 x 384
+
+
+@pytest.fixture
+def bundled_copy(tmp_path):
+    """The bundled default artifact, copied so that tests may break it."""
+    import shutil
+
+    return Path(shutil.copytree(DEFAULT_ARTIFACT_DIR, tmp_path / "artifact"))
+
+
+def test_the_bundled_encoders_files_are_recorded_and_checked(bundled_copy):
+    manifest = read_manifest(bundled_copy)
+    assert {"tokenizer.json", STATIC_TABLE_FILE} <= set(manifest.encoder.files_sha256)
+    load_artifact(bundled_copy)
+    (bundled_copy / "encoder" / "tokenizer.json").unlink()  # would load as a 5-token stub vocabulary
+    with pytest.raises(ArtifactError, match=r"tokenizer.json: missing \(listed in manifest encoder.files_sha256\)"):
+        load_artifact(bundled_copy)
+
+
+def test_a_changed_or_missing_encoder_is_named(bundled_copy):
+    config = bundled_copy / "encoder" / "tokenizer_config.json"
+    config.write_text(config.read_text().replace("true", "false"))
+    with pytest.raises(ArtifactError, match="tokenizer_config.json: content hash does not match"):
+        load_artifact(bundled_copy)
+    import shutil
+
+    shutil.rmtree(bundled_copy / "encoder")
+    with pytest.raises(ArtifactError, match="bundled encoder folder 'encoder' is missing"):
+        load_artifact(bundled_copy)
+
+
+def test_save_artifact_records_a_bundled_encoder_already_in_place(tmp_path, build_random_artifact):
+    from litellm_proteus.artifact import EncoderSpec, file_sha256, save_artifact
+
+    model, manifest = build_random_artifact(["a", "b"], encoder=EncoderSpec(name="encoder", embed_dim=384, bundled=True))
+    (tmp_path / "out" / "encoder" / "sub").mkdir(parents=True)
+    (tmp_path / "out" / "encoder" / "vocab.txt").write_text("x\n")
+    (tmp_path / "out" / "encoder" / "sub" / "table.bin").write_bytes(b"\x00\x01")
+    saved = read_manifest(save_artifact(tmp_path / "out", model, manifest))
+    assert saved.encoder.files_sha256 == {
+        "sub/table.bin": file_sha256(tmp_path / "out" / "encoder" / "sub" / "table.bin"),
+        "vocab.txt": file_sha256(tmp_path / "out" / "encoder" / "vocab.txt"),
+    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -67,3 +69,37 @@ def test_duplicate_texts_are_encoded_once_and_share_one_vector(encoder):
     texts = ["same prompt", "other", "a much longer prompt " * 5, "same prompt"]
     vecs = encoder.encode(texts)
     assert np.array_equal(vecs[0], vecs[3])
+
+
+def test_lone_surrogates_are_replaced_not_fatal(encoder):
+    from litellm_proteus.encoder import valid_text
+
+    assert valid_text("hi \ud800 x") == "hi \ufffd x"
+    assert valid_text("\ud83d\ude00") == "\U0001F600"  # a surrogate pair is its character
+    assert valid_text(12) == "12"
+    vecs = encoder.encode(["hi \ud800 x", "hi \ufffd x"])
+    assert np.array_equal(vecs[0], vecs[1])
+
+
+@pytest.fixture
+def static_folder(tmp_path):
+    import shutil
+
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+
+    return Path(shutil.copytree(DEFAULT_ARTIFACT_DIR / "encoder", tmp_path / "static"))
+
+
+def test_a_static_table_needs_its_own_tokenizer(static_folder):
+    TextEncoder(str(static_folder))  # complete: loads
+    (static_folder / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match=r"the tokenizer has \d+ tokens but the static table"):
+        TextEncoder(str(static_folder))
+
+
+def test_a_corrupt_static_table_is_named(static_folder):
+    from litellm_proteus.encoder import STATIC_TABLE_FILE
+
+    (static_folder / STATIC_TABLE_FILE).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken")
+    with pytest.raises(ValueError, match=f"{STATIC_TABLE_FILE}: unreadable static token table"):
+        TextEncoder(str(static_folder))

@@ -20,7 +20,6 @@ from litellm_proteus.engine import (
     exclude_failed,
     failed_deployment_ids,
     parse_tau,
-    prompt_text,
     request_tau,
     resolve_tau,
     tier_from_metadata,
@@ -56,6 +55,12 @@ def test_parse_tau_rejects_with_the_field_and_range(value):
     assert "tau" in str(info.value) and "(0, 1]" in str(info.value)
 
 
+def test_parse_tau_rejects_an_integer_too_large_for_a_float_with_a_short_message():
+    with pytest.raises(TauError) as info:
+        parse_tau(10**400)
+    assert "(0, 1]" in str(info.value) and len(str(info.value)) < 200
+
+
 def test_request_tau_reads_metadata_then_litellm_metadata():
     assert request_tau({"tau": 0.8}, {"tau": 0.7}) == 0.8
     assert request_tau({"other": 1}, {"tau": 0.7}) == 0.7
@@ -70,8 +75,22 @@ def test_tier_precedence_key_then_team_and_unknown_tiers_are_ignored(caplog):
     )
     assert tier_from_metadata({}, {"proteus_tier": "economy"}, CONFIG) == TierChoice("economy", "team_metadata")
     with caplog.at_level(logging.WARNING, logger="litellm_proteus.engine"):
-        assert tier_from_metadata({"proteus_tier": "gold"}, None, CONFIG) is None
-    assert "not a configured tier" in caplog.text and "gold" in caplog.text
+        assert tier_from_metadata({"proteus_tier": "gold-engine-test"}, None, CONFIG) is None
+    assert "not a configured tier" in caplog.text and "gold-engine-test" in caplog.text
+
+
+@pytest.mark.parametrize("tier", [["premium"], {"name": "premium"}, 3, True])
+def test_a_tier_that_is_not_a_name_is_ignored_not_an_error(tier):
+    assert tier_from_metadata({"proteus_tier": tier}, {"proteus_tier": "economy"}, CONFIG) == TierChoice(
+        "economy", "team_metadata"
+    )
+
+
+def test_unknown_tier_warnings_are_rate_limited(caplog):
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.engine"):
+        for _ in range(5):
+            assert tier_from_metadata(None, {"proteus_tier": "platinum-rate-test"}, CONFIG) is None
+    assert caplog.text.count("platinum-rate-test") == 1
 
 
 @pytest.mark.parametrize(
@@ -121,6 +140,37 @@ def test_prices_deployment_first_then_model_info_then_cost_map():
     assert deployment_prices(deployment("d", "unknown", prices=None), cost_map) is None
 
 
+def test_prices_merge_field_by_field_with_the_cost_map():
+    cost_map = {"known-model": {"input_cost_per_token": 3e-6, "output_cost_per_token": 4e-6}}
+    only_output = deployment("a", "openai/known-model", prices=None)
+    only_output["litellm_params"]["output_cost_per_token"] = 5e-5
+    prices = deployment_prices(only_output, cost_map)
+    assert (prices.input_per_token, prices.output_per_token) == (3e-6, 5e-5)
+    assert prices.source == "cost_map:known-model+litellm_params"
+    split = deployment("b", "x", prices=None)
+    split["litellm_params"]["input_cost_per_token"] = 1e-6
+    split["model_info"]["output_cost_per_token"] = 7e-6
+    prices = deployment_prices(split, cost_map)
+    assert (prices.input_per_token, prices.output_per_token, prices.source) == (1e-6, 7e-6, "litellm_params+model_info")
+    # an output price alone, for a model the cost map does not know: still no price
+    unknown = deployment("c", "unknown", prices=None)
+    unknown["litellm_params"]["output_cost_per_token"] = 1e-6
+    assert deployment_prices(unknown, cost_map) is None
+
+
+@pytest.mark.parametrize("value", [-1e-6, "nan", "cheap", float("inf"), True])
+def test_an_invalid_price_override_is_an_error_naming_it(value):
+    bad = deployment("a", "openai/known-model", prices=(1e-6, 2e-6))
+    bad["litellm_params"]["output_cost_per_token"] = value
+    with pytest.raises(DeploymentMappingError) as info:
+        deployment_prices(bad, {"known-model": {"input_cost_per_token": 3e-6}})
+    assert "litellm_params.output_cost_per_token" in str(info.value) and ">= 0" in str(info.value)
+    engine = DecisionEngine(SimpleNamespace(models=SLOTS, avg_output_tokens={}), CONFIG, cost_map={})
+    bad["model_info"]["proteus_model"] = SLOTS[0]
+    with pytest.raises(DeploymentMappingError, match="output_cost_per_token"):
+        engine.check_model_list([bad])
+
+
 def test_prices_from_litellms_own_cost_map():
     prices = deployment_prices(deployment("a", "openai/gpt-3.5-turbo-1106", prices=None))
     assert prices is not None and prices.input_per_token == pytest.approx(1e-6)
@@ -155,6 +205,12 @@ def test_failed_deployments_are_never_repicked():
     assert exclude_failed(pool, []) == pool
 
 
+@pytest.mark.parametrize("records", [5, True, 1.5, "abc", {"deployment_id": "a"}, [{"model_info": "abc"}],
+                                     [{"deployment_id": 7}], ["a"], [None]])
+def test_malformed_retry_breadcrumbs_are_skipped(records):
+    assert failed_deployment_ids({"previous_models": records}) == []
+
+
 # -- the decision --------------------------------------------------------------------------------
 class RecordingPredictor:
     def __init__(self):
@@ -179,15 +235,6 @@ def test_decide_estimates_costs_from_prompt_tokens_and_average_outputs():
     assert taus == [0.8]
     assert [c.cost_usd for c in candidates[0]] == pytest.approx([50 * 1e-5 + 100 * 3e-5, 50 * 1e-6 + 300 * 2e-6])
     assert routed[0].prompt_tokens == 50 and routed[0].cost_usd == pytest.approx(50 * 1e-5 + 100 * 3e-5)
-
-
-def test_prompt_text_joins_message_texts():
-    messages = [
-        {"role": "system", "content": "be brief"},
-        {"role": "user", "content": [{"type": "text", "text": "what is"}, {"type": "image_url", "image_url": {}}]},
-    ]
-    assert prompt_text(messages) == "be brief\nwhat is"
-    assert prompt_text(None, input=["a", "b"]) == "a\nb"
 
 
 @pytest.fixture(scope="module")

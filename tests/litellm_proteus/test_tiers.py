@@ -93,3 +93,60 @@ def test_unreachable_or_silent_redis_raises_tier_store_error():
         slow = TierStore(RedisSettings(port=silent.getsockname()[1], timeout_ms=100))
         with pytest.raises(TierStoreError, match="did not answer within 100"):
             asyncio.run(slow.aget("h"))
+
+
+def test_after_a_failure_redis_is_not_asked_again_for_a_while():
+    refused = TierStore(RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0", timeout_ms=100, retry_after_s=60))
+
+    async def twice():
+        messages = []
+        for _ in range(2):
+            with pytest.raises(TierStoreError) as info:
+                await refused.aget("h")
+            messages.append(str(info.value))
+        return messages
+
+    first, second = asyncio.run(twice())
+    assert "did not answer within 100" in first and "ConnectionError" in first
+    assert "failed recently; asking again in" in second
+    eager = TierStore(RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0", timeout_ms=100, retry_after_s=0))
+    for _ in range(2):
+        with pytest.raises(TierStoreError, match="did not answer"):
+            asyncio.run(eager.aget("h"))
+
+
+def test_a_key_of_the_wrong_type_fails_alone_and_is_listed_as_unreadable(redis_server, capsys):
+    import redis
+
+    store = TierStore(RedisSettings(url=redis_server.url, cache_ttl_s=0))
+    store.set(hash_key("sk-good"), "premium")
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.hset(store.redis_key(hash_key("sk-hash")), "tier", "premium")
+
+    async def lookups():
+        with pytest.raises(TierStoreError, match="WRONGTYPE"):
+            await store.aget(hash_key("sk-hash"))
+        return await store.aget(hash_key("sk-good"))  # Redis answered: no back-off
+
+    assert asyncio.run(lookups()) == "premium"
+    assert main(["tiers", "--redis-url", redis_server.url, "list"]) == 0
+    listed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
+    assert listed[hash_key("sk-good")] == "premium" and "WRONGTYPE" in listed[hash_key("sk-hash")]
+
+
+def test_aclose_ends_the_loops_connections(redis_server):
+    import redis
+
+    raw = redis.Redis.from_url(redis_server.url)
+    before = raw.info("clients")["connected_clients"]
+    store = TierStore(RedisSettings(url=redis_server.url, cache_ttl_s=0))
+
+    async def lookup_then_close():
+        await store.aget("h")
+        during = raw.info("clients")["connected_clients"]
+        await store.aclose()
+        return during
+
+    for _ in range(5):  # five private loops, as five sync Router calls make
+        assert asyncio.run(lookup_then_close()) == before + 1
+    assert raw.info("clients")["connected_clients"] == before

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from litellm_proteus.prompts import turns_text
+
 from .logs import RoutingLog
 
 SUFFIXES = (".pkl", ".pickle", ".csv", ".parquet", ".jsonl")
@@ -143,9 +145,10 @@ def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
 
 
-def _part_text(part: Any) -> str:
-    if isinstance(part, dict):  # chat message
-        return str(part.get("content", ""))
+def _turn(part: Any) -> Any:
+    """A list item as ``turns_text`` takes it: strings and messages as they are, other scalars as text."""
+    if isinstance(part, (str, dict)):
+        return part
     return "" if _is_missing(part) else str(part)
 
 
@@ -153,8 +156,9 @@ def prompt_text(value: Any) -> str:
     """A prompt cell as text.
 
     Lists of turns (a Python/JSON list string ``"['...', '...']"`` as in RouterBench, a real list, or
-    chat messages ``[{"role": ..., "content": ...}]``) become the turns joined by a blank line; a
-    string that does not parse as a list is kept verbatim."""
+    chat messages ``[{"role": ..., "content": ...}]``) become the text the proxy routes on for the
+    same turns (``litellm_proteus.prompts.turns_text``: turns joined by a blank line); a string that
+    does not parse as a list is kept verbatim."""
     if isinstance(value, str):
         stripped = value.strip()
         if not (stripped.startswith("[") and stripped.endswith("]")):
@@ -170,8 +174,10 @@ def prompt_text(value: Any) -> str:
             return value
         value = parsed
     if isinstance(value, (list, tuple, np.ndarray)):
-        return "\n\n".join(_part_text(p) for p in value)
-    return _part_text(value)
+        return turns_text(_turn(p) for p in value)
+    if isinstance(value, dict):
+        return turns_text([value])
+    return "" if _is_missing(value) else str(value)
 
 
 def estimate_tokens(texts: Iterable[Any]) -> np.ndarray:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fastapi import HTTPException
 from litellm import Router
+from litellm.proxy._types import ProxyException
 
 from litellm_proteus.observability import DecisionRecord
 from litellm_proteus.router_strategy import proteus_hook
@@ -35,16 +35,41 @@ def pre_call(data):
 
 @pytest.mark.parametrize("tau", ["abc", float("nan"), 0, -1, 1.2, True])
 def test_bad_tau_is_http_400_naming_tau(tau):
-    with pytest.raises(HTTPException) as info:
+    with pytest.raises(ProxyException) as info:
         pre_call({"model": "proteus-auto", "metadata": {"tau": tau}})
-    assert info.value.status_code == 400
-    assert info.value.detail["param"] == "tau" and "(0, 1]" in info.value.detail["error"]
+    assert info.value.code == "400" and info.value.type == "invalid_request_error"
+    assert info.value.param == "tau" and "(0, 1]" in info.value.message
 
 
 def test_aliases_are_managed_and_other_groups_are_left_alone():
-    with pytest.raises(HTTPException):
+    with pytest.raises(ProxyException):
         pre_call({"model": "auto", "litellm_metadata": {"tau": "x"}})
-    assert pre_call({"model": "plain", "metadata": {"tau": "x"}}) is None
+    data = {"model": "plain", "metadata": {"tau": "x", "previous_models": [{"deployment_id": "d"}]}}
+    assert pre_call(data) is data and data["metadata"] == {"tau": "x", "previous_models": [{"deployment_id": "d"}]}
+
+
+@pytest.mark.parametrize("metadata", ["tau=0.8", [0.8], 0.8])
+def test_metadata_that_is_not_an_object_is_http_400_naming_it(metadata):
+    with pytest.raises(ProxyException) as info:
+        pre_call({"model": "proteus-auto", "metadata": metadata})
+    assert (info.value.code, info.value.param) == ("400", "metadata")
+    assert "metadata must be a JSON object" in info.value.message
+
+
+def test_client_sent_retry_breadcrumbs_are_dropped():
+    """Only LiteLLM's own retries may shrink the candidate set (see engine.failed_deployment_ids)."""
+    data = {"model": "proteus-auto", "metadata": {"tau": 0.8, "previous_models": [{"deployment_id": "d"}],
+                                                  "request_retry_count": 3}}
+    assert pre_call(data)["metadata"] == {"tau": 0.8}
+
+
+def test_a_request_that_may_fall_back_to_proteus_is_checked_too():
+    with pytest.raises(ProxyException) as info:
+        pre_call({"model": "plain", "metadata": {"tau": 2}, "fallbacks": ["proteus-auto"]})
+    assert info.value.param == "tau"
+    with pytest.raises(ProxyException):
+        pre_call({"model": "plain", "metadata": {"tau": 2}, "fallbacks": [{"model": "auto"}]})
+    assert pre_call({"model": "plain", "metadata": {"tau": 2}, "fallbacks": ["plain"]})["metadata"] == {"tau": 2}
 
 
 def test_client_cannot_plant_a_decision():

@@ -62,6 +62,7 @@ def proxy_config(artifact: Path, redis_url: str, model_list=None) -> dict:
         },
         "general_settings": {"custom_auth": "litellm_proteus.router_strategy.static_keys.user_api_key_auth"},
         "router_settings": {
+            "fallbacks": [{"plain": ["proteus-auto"]}],
             "routing_strategy": "proteus",
             "routing_strategy_args": {
                 "artifact": str(artifact),
@@ -238,9 +239,50 @@ def test_openai_sdk_example_client(proxy):
     assert "gpt-4-1106-preview" in high and "key_metadata" not in high and "request" in high
 
 
+def post(proxy, path: str, body: dict, key: str = "sk-alice") -> httpx.Response:
+    return httpx.post(proxy.base + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "hi"}]}),
+        ("/v1/completions", {"prompt": "hi"}),
+        ("/v1/completions", {"prompt": "hi", "stream": True}),
+    ],
+)
+def test_bad_input_is_a_400_in_openais_error_shape_on_every_endpoint(proxy, path, body):
+    # (LiteLLM 1.106 itself replaces a metadata that is not an object before any hook sees it.)
+    response = post(proxy, path, {"model": "proteus-auto", **body, "metadata": {"tau": 1.5}})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "tau" and error["type"] == "invalid_request_error", error
+    assert "(0, 1]" in error["message"] and "{'error'" not in error["message"]
+
+
+def test_a_bad_tau_is_refused_where_a_fallback_would_reach_proteus(proxy):
+    response = proxy.chat("sk-alice", model="plain", tau="high")  # plain falls back to proteus-auto
+    assert response.status_code == 400 and response.json()["error"]["param"] == "tau"
+
+
+def test_a_client_cannot_pick_its_deployment_around_its_tier(proxy):
+    served = proxy.chat("sk-bob")  # economy: mixtral
+    assert served.json()["choices"][0]["message"]["content"] == "served by mixtral"
+    mixtral_id = served.headers["x-litellm-model-id"]
+    gpt4_id = proxy.chat("sk-alice", tau=0.9).headers["x-litellm-model-id"]
+    # forged retry breadcrumbs naming mixtral as failed would leave only GPT-4
+    forged = proxy.chat("sk-bob", previous_models=[{"deployment_id": mixtral_id}], request_retry_count=1)
+    assert forged.status_code == 200 and forged.json()["choices"][0]["message"]["content"] == "served by mixtral"
+    assert forged.headers["x-proteus-tier"] == "economy"
+    direct = proxy.chat("sk-bob", model=gpt4_id)  # the id every response leaks
+    assert direct.status_code == 400 and "one deployment of the PROTEUS group" in direct.json()["error"]["message"]
+
+
 def test_a_client_cannot_forge_the_decision(proxy):
     forged = proxy.chat("sk-dave", proteus={"model": "forged", "tau": 1.0})
     assert forged.headers["x-proteus-model"] != "forged"
+    unmanaged = proxy.chat("sk-dave", model="plain", proteus={"model": "forged", "tau": 1.0})
+    assert unmanaged.status_code == 200 and proteus_headers(unmanaged) == {}
 
 
 def test_decision_log_lines_and_prometheus_metrics(proxy):

@@ -48,9 +48,11 @@ def model_list(prices=None):
     return deployments
 
 
-def make_router(artifact, prices=None, **kwargs) -> Router:
+def make_router(artifact, prices=None, *, redis=None, allow_direct_deployments=False, **kwargs) -> Router:
     args = {"artifact": str(artifact), "tiers": {"premium": 0.9, "standard": 0.85, "economy": 0.7},
-            "batching": {"max_batch": 8, "max_wait_ms": 20}}
+            "batching": {"max_batch": 8, "max_wait_ms": 20}, "allow_direct_deployments": allow_direct_deployments}
+    if redis is not None:
+        args["redis"] = redis
     kwargs.setdefault("disable_cooldowns", True)  # retries must avoid the failed deployment on their own
     return Router(model_list=model_list(prices), routing_strategy="proteus", routing_strategy_args=args,
                   num_retries=2, **kwargs)
@@ -136,9 +138,36 @@ def test_groups_not_managed_by_proteus_keep_litellms_strategy(router, upstream):
     assert text == "plain" and decision is None and "proteus" not in metadata
 
 
-def test_a_deployment_id_bypasses_routing(router, upstream):
+def test_naming_one_deployment_of_a_proteus_group_is_refused(router, upstream):
+    """Deployment ids leak in x-litellm-model-id: asking for one must not skip the key's tier."""
+    with pytest.raises(litellm.BadRequestError) as info:
+        asyncio.run(ask(router, model="gpt-4-1106-preview", tau=0.7))
+    assert "one deployment of the PROTEUS group 'proteus-auto'" in str(info.value)
+    assert "allow_direct_deployments" in str(info.value)
+    assert sum(route.call_count for route in upstream.values()) == 0
+
+
+def test_direct_deployments_when_the_operator_allows_them(steerable_artifact, upstream):
+    router = make_router(steerable_artifact, allow_direct_deployments=True)
     text, decision, _ = asyncio.run(ask(router, model="mistral-7b-chat", tau=0.9))
     assert text == "mistralai/mistral-7b-chat" and decision is None
+
+
+def test_a_group_left_with_only_unscorable_deployments_is_a_clear_server_error(steerable_artifact, upstream):
+    from litellm.types.router import Deployment
+
+    router = make_router(steerable_artifact)
+    unmapped = {"model_name": "proteus-auto", "model_info": {"id": "typo"},
+                "litellm_params": {"model": "openai/gpt-4o", "api_base": HOSTS["gpt-4-1106-preview"][0], "api_key": "k",
+                                   "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6}}
+    router.add_deployment(Deployment(**unmapped))
+    for slot in HOSTS:
+        router.delete_deployment(slot.split("/")[-1])
+    with pytest.raises(litellm.InternalServerError) as info:
+        asyncio.run(ask(router, tau=0.8))
+    message = str(info.value)
+    assert "PROTEUS cannot route group 'proteus-auto'" in message and "maps to no trained slot" in message
+    assert "Try again" not in message
 
 
 def test_invalid_tau_is_a_bad_request_naming_tau(router, upstream):
@@ -186,3 +215,39 @@ def test_decisions_run_on_the_model_thread(router, upstream, monkeypatch):
     asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata={"tau": 0.8}))
     router.completion(model="proteus-auto", messages=QUESTION, metadata={"tau": 0.8})  # the sync path too
     assert len(threads) == 2 and all(name.startswith(THREAD_NAME) for name in threads)
+
+
+def test_sync_calls_do_not_leak_redis_connections(steerable_artifact, upstream, redis_server):
+    import redis
+
+    raw = redis.Redis.from_url(redis_server.url)
+    router = make_router(steerable_artifact, redis={"url": redis_server.url, "cache_ttl_s": 0})
+    before = raw.info("clients")["connected_clients"]
+    for _ in range(10):
+        metadata = {"tau": 0.7, "user_api_key_hash": "h" * 64}
+        router.completion(model="proteus-auto", messages=QUESTION, metadata=metadata)
+        assert metadata["proteus"]["tier_source"] == "default"  # Redis was asked (and had no tier)
+    assert raw.info("clients")["connected_clients"] <= before
+
+
+def test_a_changed_manifest_loads_a_new_predictor_and_the_old_one_is_released(steerable_artifact, tmp_path, upstream):
+    import json
+    import shutil
+
+    from litellm_proteus.router_strategy.strategy import _batchers, _predictors
+
+    artifact = shutil.copytree(steerable_artifact, tmp_path / "artifact")
+    router = make_router(artifact)
+    first, first_batcher = router.proteus_strategy.engine.predictor, router.proteus_strategy.batcher
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    manifest["calibration"]["margin"] = 0.05  # same weights, new calibration: as a retrain with another margin
+    (artifact / "manifest.json").write_text(json.dumps(manifest))
+    router.routing_strategy_init(routing_strategy="proteus", routing_strategy_args=router.routing_strategy_args)
+    second = router.proteus_strategy.engine.predictor
+    assert second is not first and second.manifest.calibration.margin == 0.05
+    assert not any(p is first for p in _predictors.values())  # nothing else used it: released
+    assert not any(b is first_batcher for b in _batchers.values())
+    with pytest.raises(RuntimeError, match="closed"):
+        first_batcher.submit_future(None)
+    text, decision, _ = asyncio.run(ask(router, tau=0.7))
+    assert decision is not None and decision.model == "mistralai/mixtral-8x7b-chat"

@@ -121,6 +121,18 @@ def test_prompt_text(cell, text):
     assert prompt_text(cell) == text
 
 
+def test_a_logged_conversation_gives_the_text_the_proxy_routes_on():
+    """Same text -> same embedding and same mixing draw offline (proteus eval) and in the proxy."""
+    from litellm_proteus.prompts import request_text
+
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is"}, {"type": "image_url", "image_url": {}}]},
+        {"role": "assistant", "content": "4"},
+    ]
+    assert prompt_text(messages) == prompt_text(repr(messages)) == request_text(messages) == "be brief\n\nwhat is\n\n4"
+
+
 def test_jsonl_frame_roundtrip_keeps_text_ids(tmp_path):
     frame = pd.DataFrame({"sample_id": ["001"], "prompt": ["p"], "m": [1.0], "m|total_cost": [0.1], "n": [0.0], "n|total_cost": [0.2]})
     log = load_logs([write_frame(frame, tmp_path / "x.jsonl")])

@@ -1,0 +1,56 @@
+"""The text a request routes on (``litellm_proteus.prompts``), for every request shape LiteLLM passes."""
+
+from __future__ import annotations
+
+import pytest
+
+from litellm_proteus.prompts import content_text, request_text, turns_text
+
+IMAGE = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
+
+
+@pytest.mark.parametrize(
+    "content, text",
+    [
+        ("plain", "plain"),
+        ([{"type": "text", "text": "a"}, IMAGE, {"type": "text", "text": "b"}], "a\nb"),
+        ([{"type": "input_text", "text": "responses"}], "responses"),
+        (["from a completions prompt list"], "from a completions prompt list"),  # what LiteLLM builds for /v1/completions
+        ([{"type": "input_audio", "input_audio": {}}], ""),
+        (None, ""),
+        (42, ""),
+    ],
+)
+def test_content_text_keeps_text_parts_only(content, text):
+    assert content_text(content) == text
+
+
+def test_chat_messages_join_turns_by_a_blank_line_and_skip_empty_ones():
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "assistant", "content": None, "tool_calls": []},
+        {"role": "user", "content": [{"type": "text", "text": "what is"}, IMAGE]},
+    ]
+    assert request_text(messages) == "be brief\n\nwhat is"
+
+
+@pytest.mark.parametrize(
+    "input, text",
+    [
+        ("a string", "a string"),
+        (["a", "b"], "a\n\nb"),  # embeddings / completions lists
+        ([{"role": "user", "content": "What is 17*23?"}], "What is 17*23?"),  # Responses API message items
+        ([{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+          {"type": "function_call_output", "call_id": "c", "output": "{}"}], "hi"),
+        ([{"type": "input_text", "text": "bare part"}], "bare part"),
+        ([[1, 2, 3]], ""),  # token ids: nothing to embed
+        (None, ""),
+    ],
+)
+def test_input_of_embeddings_completions_and_responses(input, text):
+    assert request_text(None, input) == text
+
+
+def test_messages_win_over_input():
+    assert request_text([{"role": "user", "content": "m"}], "i") == "m"
+    assert turns_text([]) == ""
