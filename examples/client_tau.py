@@ -39,7 +39,7 @@ def main() -> None:
         h = raw.headers
         used = h.get("x-proteus-tau", "?") + ("*" if h.get("x-proteus-tau-clamped") or h.get("x-proteus-tau-capped") else "")
         print(
-            f"{tau:>5.2f}  {used:>8}  {h.get('x-proteus-tau-source', '?'):<13} {h.get('x-proteus-mu', '?'):>6}  "
+            f"{tau:>5g}  {used:>8}  {h.get('x-proteus-tau-source', '?'):<13} {h.get('x-proteus-mu', '?'):>6}  "
             f"{h.get('x-proteus-model', '?'):<30} {answer[:60]!r}"
         )
     print("* clamped to the artifact's trained range, or capped at the key's tier")

@@ -184,6 +184,7 @@ def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Pa
     # One metadata key: safetensors writes metadata in hash-map order, and with two keys identical
     # weights got different bytes (and weights_sha256) from run to run.
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": f"proteus-v{FORMAT_VERSION}"})
+    (out / WEIGHTS_FILE).chmod(0o644)  # safetensors writes 0600; a proxy running as another user must read it
     manifest = manifest.model_copy(update={"weights_sha256": file_sha256(out / WEIGHTS_FILE)})
     if manifest.encoder.bundled and (out / manifest.encoder.name).is_dir():
         encoder = manifest.encoder.model_copy(update={"files_sha256": encoder_files_sha256(out / manifest.encoder.name)})

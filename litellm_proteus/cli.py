@@ -1,13 +1,16 @@
 """The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench`` (``proteus SUB --help``).
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
-modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.
+modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.  Bad
+input (``ValueError``/``OSError``: a malformed log, a missing path, a flag out of range) ends with
+``error: ...`` and exit status 2; ``PROTEUS_DEBUG=1`` re-raises it with the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -43,7 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(importlib.import_module(args._module).run(args) or 0)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except (ValueError, OSError) as exc:  # bad input (data, flags, paths): a message, not a traceback
+        if os.environ.get("PROTEUS_DEBUG"):
+            raise
+        print(f"error: {exc}\n(PROTEUS_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,7 +15,8 @@ runtime settings updates reach it the same way::
         tiers: {premium: 0.85, standard: 0.82, economy: 0.79}
         allow_raise: {premium: true}   # may a request ask for a tau above its tier's? (default: no)
         redis: {url: redis://127.0.0.1:6379/0, timeout_ms: 50}
-        batching: {max_batch: 32, max_wait_ms: 2}
+        allow_direct_deployments: false   # may a request name one deployment of a group (skipping tau)?
+        batching: {max_batch: 32, max_wait_ms: 0}   # 0: a lone request runs at once
 
 Errors name the field (``routing_strategy_args.tiers.premium: ...``) and the allowed values.
 """
@@ -158,13 +159,27 @@ class ProteusConfig(BaseModel):
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}"
+                + (f" (allowed: {_allowed_fields(cls, e['loc'])})" if e["type"] == "extra_forbidden" else "")
                 for e in exc.errors()
             )
             raise ProteusConfigError(f"invalid PROTEUS config: {problems}") from exc
 
 
-def load_config_file(path: str) -> ProteusConfig:
-    """The PROTEUS block of a LiteLLM proxy ``config.yaml`` (for ``proteus tiers --config``)."""
+def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names allowed where an unknown key ``loc`` appeared (nested settings models too)."""
+    for part in loc[:-1]:
+        annotation = model.model_fields[str(part)].annotation if str(part) in model.model_fields else None
+        nested = [a for a in (*getattr(annotation, "__args__", ()), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            return []
+        model = nested[0]
+    return sorted(model.model_fields)
+
+
+def load_config_file(path: str, redis_url: str | None = None) -> ProteusConfig:
+    """The PROTEUS block of a LiteLLM proxy ``config.yaml`` (for ``proteus tiers --config``);
+    ``redis_url`` replaces the file's ``redis.url`` before validation (so an ``os.environ/...`` URL
+    that is not set here does not matter)."""
     import yaml
 
     with open(path) as handle:
@@ -172,4 +187,8 @@ def load_config_file(path: str) -> ProteusConfig:
     settings = (data.get("router_settings") or {}) if isinstance(data, dict) else {}
     if settings.get("routing_strategy") != STRATEGY_NAME:
         raise ProteusConfigError(f"{path}: router_settings.routing_strategy is not {STRATEGY_NAME!r}")
-    return ProteusConfig.parse(settings.get("routing_strategy_args"), where=f"{path}: {CONFIG_PATH}")
+    args = settings.get("routing_strategy_args")
+    if redis_url is not None and isinstance(args, dict):
+        redis = args.get("redis") if isinstance(args.get("redis"), dict) else {}
+        args = {**args, "redis": {**redis, "url": redis_url}}
+    return ProteusConfig.parse(args, where=f"{path}: {CONFIG_PATH}")

@@ -574,7 +574,9 @@ class TextEncoder:
         out: list[list[int] | None] = [self._windowed_ids(t, budget) for t in texts]
         whole = [i for i, seq in enumerate(out) if seq is None]
         if whole:
-            ids = self.tokenizer([texts[i] for i in whole], add_special_tokens=False, truncation=False)["input_ids"]
+            # verbose=False: the whole text is tokenised on purpose (the policy cuts it next); the
+            # "sequence length is longer than the maximum" warning would only alarm users
+            ids = self.tokenizer([texts[i] for i in whole], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
             for i, seq in zip(whole, ids):
                 out[i] = self._truncate(seq, budget)
         return out  # type: ignore[return-value]

@@ -151,7 +151,7 @@ class ProteusPredictor:
             )
         self.taus = TauMapper(self.manifest)
         if not isinstance(mix_operating_points, bool):
-            raise ValueError(f"mix_operating_points must be true or false; got {mix_operating_points!r}")
+            raise ValueError(f"predictor_options.mix_operating_points must be true or false; got {mix_operating_points!r}")
         self.mix_operating_points = mix_operating_points
         self.costs = self.manifest.cost_normalizer
         self._torch = torch

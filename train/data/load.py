@@ -102,6 +102,11 @@ def load_logs(
     for name, tables in groups.items():  # a loop, not a comprehension: warnings' stacklevel must reach the caller
         parts.append(LOADERS[name].load(tables, options))
     log = concat_logs(parts)
+    if len(log.models) < 2:
+        raise ValueError(
+            f"{[str(p) for p in paths]}: found {len(log.models)} model(s) {log.models}; routing needs at least 2 "
+            "(wide format: a score column per model and its cost column '<model>|total_cost')"
+        )
     log = clean_log(log)
     log.sha256 = files_sha256(log.paths)
     return log

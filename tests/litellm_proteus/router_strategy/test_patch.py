@@ -115,6 +115,34 @@ def test_missing_or_corrupt_artifact_and_bad_config_stop_the_router(steerable_ar
                routing_strategy_args={"artifact": str(steerable_artifact), "default_tier": "gold"})
 
 
+def test_a_corrupt_static_table_is_a_startup_error_naming_it(tmp_path):
+    import shutil
+
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, MANIFEST_FILE, read_manifest
+    from litellm_proteus.encoder import STATIC_TABLE_FILE
+
+    artifact = shutil.copytree(DEFAULT_ARTIFACT_DIR, tmp_path / "artifact")
+    (artifact / "encoder" / STATIC_TABLE_FILE).write_bytes(b"not a table")
+    with pytest.raises(patch.ProteusStartupError, match=f"{STATIC_TABLE_FILE}: content hash does not match"):
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(artifact)})
+    # an artifact written before encoder files were hashed: the table itself says it is unreadable
+    manifest = read_manifest(artifact)
+    manifest.encoder.files_sha256 = {}
+    (artifact / MANIFEST_FILE).write_text(manifest.model_dump_json())
+    with pytest.raises(patch.ProteusStartupError, match=f"{STATIC_TABLE_FILE}: unreadable static token table"):
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(artifact)})
+
+
+def test_tiers_outside_the_declared_range_are_announced_at_startup(steerable_artifact, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
+        Router(model_list=model_list(), routing_strategy="proteus",
+               routing_strategy_args={"artifact": str(steerable_artifact),
+                                      "tiers": {"premium": 0.95, "standard": 0.85, "economy": 0.6}})
+    assert "tiers {'economy': 0.6, 'premium': 0.95} lie outside the artifact's declared tau range [0.7, 0.9]" in caplog.text
+
+
 def test_unknown_predictor_options_stop_the_router(steerable_artifact):
     with pytest.raises(patch.ProteusStartupError, match="predictor_options: .*warp_speed"):
         Router(model_list=model_list(), routing_strategy="proteus",

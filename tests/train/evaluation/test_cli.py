@@ -55,21 +55,25 @@ def test_eval_cli_bad_input(tmp_path, make_artifact, capsys):
         main(["eval", "--out", str(tmp_path), "--ablation", "no-equals-sign"])
     assert "--ablation takes NAME=DIR" in capsys.readouterr().err
     artifact = make_artifact(SYNTH_MODELS, data=DataRecord(paths=[str(tmp_path / "gone.csv")]))
-    with pytest.raises(FileNotFoundError, match="--data"):
-        main(["eval", "--artifact", str(artifact), "--out", str(tmp_path / "o"), "--quiet"])
+    assert main(["eval", "--artifact", str(artifact), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--data" in err and "Traceback" not in err
     bare = make_artifact(SYNTH_MODELS, seed=1)
-    with pytest.raises(ValueError, match="manifest.data.paths is empty"):
-        main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--quiet"])
+    assert main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "manifest.data.paths is empty" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--tau-step"):
         main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--tau-step", "0"])
 
 
-def test_eval_rejects_data_without_the_artifacts_models(tmp_path, make_artifact):
+def test_eval_rejects_data_without_the_artifacts_models(tmp_path, make_artifact, capsys, monkeypatch):
     csv = write_synthetic_routerbench(tmp_path / "logs.csv", n=60)
     artifact = make_artifact(["tiny", "small", "gpt-9"])
-    with pytest.raises(ValueError, match="lacks models the artifact routes to: \\['gpt-9'\\]"):
-        main(["eval", "--artifact", str(artifact), "--data", str(csv), "--out", str(tmp_path / "o"),
-              "--cache-dir", "", "--quiet"])
+    args = ["eval", "--artifact", str(artifact), "--data", str(csv), "--out", str(tmp_path / "o"), "--cache-dir", "", "--quiet"]
+    assert main(args) == 2
+    assert "lacks models the artifact routes to: ['gpt-9']" in capsys.readouterr().err
+    monkeypatch.setenv("PROTEUS_DEBUG", "1")  # the traceback, for developers
+    with pytest.raises(ValueError, match="lacks models the artifact routes to"):
+        main(args)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("train.cli") is None, reason="the trainer (train.cli) is not there yet")
