@@ -102,7 +102,7 @@ def metadata_tier(metadata: Mapping[str, Any] | None, config: ProteusConfig, whe
         return None
     if not isinstance(tier, str) or tier not in config.tiers:
         _warnings.warn(
-            f"tier:{where}",
+            f"tier:{where}:{short_repr(tier)}",  # each bad value is reported, each at most every 30 s
             "ignoring %s.%s=%s: not a configured tier (allowed: %s)",
             where,
             config.tier_metadata_key,

@@ -81,6 +81,8 @@ class RateLimitedWarnings:
     """At most one warning line per ``kind`` every ``every_s`` seconds: a misconfiguration that hits
     every request (an unknown tier in a key's metadata, Redis down) must not flood the log."""
 
+    MAX_KINDS = 1024
+
     def __init__(self, logger: logging.Logger, every_s: float = 30.0):
         self.logger, self.every_s = logger, every_s
         self._last: dict[str, float] = {}
@@ -91,6 +93,8 @@ class RateLimitedWarnings:
         with self._lock:
             if now - self._last.get(kind, -self.every_s) < self.every_s:
                 return False
+            if len(self._last) >= self.MAX_KINDS:  # kinds may carry client-controlled values: stay bounded
+                self._last.clear()
             self._last[kind] = now
         self.logger.warning(message, *args)
         return True
