@@ -173,18 +173,24 @@ def verify_bundled_encoder(directory: str | os.PathLike, manifest: Manifest) -> 
             raise ArtifactError(f"{path}: content hash does not match manifest encoder.files_sha256 (corrupt or replaced)")
 
 
+def save_shared_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str]) -> None:
+    """``safetensors`` writes files 0600; an artifact is meant to be read by a proxy running as
+    another user, so every tensor file of an artifact is written 0644."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    Path(path).chmod(0o644)
+
+
 def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Path:
     """Write weights then the manifest (with the weights' hash, and the bundled encoder's file hashes
     when its folder is already in place) into ``directory``."""
-    from safetensors.torch import save_file
-
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     # One metadata key: safetensors writes metadata in hash-map order, and with two keys identical
     # weights got different bytes (and weights_sha256) from run to run.
-    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": f"proteus-v{FORMAT_VERSION}"})
-    (out / WEIGHTS_FILE).chmod(0o644)  # safetensors writes 0600; a proxy running as another user must read it
+    save_shared_safetensors(tensors, out / WEIGHTS_FILE, {"format": f"proteus-v{FORMAT_VERSION}"})
     manifest = manifest.model_copy(update={"weights_sha256": file_sha256(out / WEIGHTS_FILE)})
     if manifest.encoder.bundled and (out / manifest.encoder.name).is_dir():
         encoder = manifest.encoder.model_copy(update={"files_sha256": encoder_files_sha256(out / manifest.encoder.name)})

@@ -337,8 +337,7 @@ def valid_text(text: object) -> str:
 
 
 def text_hash(text: str) -> str:
-    # surrogatepass: a lone surrogate (valid in a Python str, not in UTF-8) must not fail the lookup
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()  # encode() passes valid_text: always UTF-8-able
 
 
 class EmbeddingCache:

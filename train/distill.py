@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from litellm_proteus.artifact import save_shared_safetensors
 from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY, TextEncoder, static_table_path
 
 RECIPE = "token-in-context:[prefix] t [suffix], hidden state at t; no weighting; fp16 table"
@@ -36,7 +37,6 @@ def distill_static(
 ) -> Path:
     """Distil ``base`` (any encoder ``TextEncoder`` loads) into a static encoder folder ``out_dir``."""
     import torch
-    from safetensors.torch import save_file
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
@@ -64,8 +64,7 @@ def distill_static(
         bar.close()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_file({STATIC_TABLE_KEY: torch.from_numpy(table).half()}, str(out / STATIC_TABLE_FILE), metadata={"base": base})
-    (out / STATIC_TABLE_FILE).chmod(0o644)  # safetensors writes 0600; an artifact is meant to be shared
+    save_shared_safetensors({STATIC_TABLE_KEY: torch.from_numpy(table).half()}, out / STATIC_TABLE_FILE, {"base": base})
     encoder.tokenizer.save_pretrained(out)
     info = {"base": base, "recipe": RECIPE, "tokens": n_tokens, "dims": encoder.embed_dim}
     (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")

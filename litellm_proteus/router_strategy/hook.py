@@ -5,8 +5,9 @@ import registers the strategy (see ``patch.py``) before the proxy builds its Rou
 it:
 
 - rejects a bad ``tau`` (not a number, NaN, <= 0 or > 1) with HTTP 400 naming ``tau`` and the
-  accepted range (and a ``metadata`` that is not an object, naming ``metadata``), before any routing work (``async_pre_call_hook``), for every request PROTEUS may
-  route: its group's, or a fallback's;
+  accepted range (and a ``metadata`` that is not an object, naming ``metadata``), before any
+  routing work (``async_pre_call_hook``), for every request PROTEUS may route: its group's, or a
+  fallback's;
 - drops a client-sent ``metadata.proteus`` (only the router may write the decision there) on every
   request, and client-sent retry breadcrumbs (``previous_models``) on those PROTEUS may route;
 - adds the decision headers to the response (``async_post_call_response_headers_hook``).
