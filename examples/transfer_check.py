@@ -18,7 +18,8 @@ import argparse
 import numpy as np
 
 from litellm_proteus.predictor import Candidate, ProteusPredictor, mixing_draw
-from train.ppo import TrainConfig, load_training_data
+from proteus_train.config import TrainConfig
+from proteus_train.pipeline import load_training_data
 
 
 def main() -> None:

@@ -14,11 +14,11 @@ import os
 import sys
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("train.cli", "train a PROTEUS artifact from routing logs (RouterBench, SPROUT, RouteLLM, your own)"),
-    "eval": ("train.evaluation.cli", "evaluate an artifact against every baseline and the hindsight limit"),
-    "distill-static": ("train.distill", "distil a transformer encoder into a static token table (sub-millisecond routing)"),
+    "train": ("proteus_train.cli", "train a PROTEUS artifact from routing logs (RouterBench, SPROUT, RouteLLM, your own)"),
+    "eval": ("proteus_train.evaluation.cli", "evaluate an artifact against every baseline and the hindsight limit"),
+    "distill-static": ("proteus_train.distill", "distil a transformer encoder into a static token table (sub-millisecond routing)"),
     "tiers": ("litellm_proteus.tiers", "manage per-API-key SLA tiers in Redis"),
-    "bench": ("train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
+    "bench": ("proteus_train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
 }
 
 

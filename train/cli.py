@@ -9,7 +9,7 @@ import logging
 import sys
 import typing
 
-from .ppo import TrainConfig
+from .config import TrainConfig
 
 # Flags with their own spelling (ablations named as in the paper's Table 4).
 SPECIAL = {"use_critic", "use_lambda", "calibrate", "fixed_gamma", "data", "tau_range", "progress"}
@@ -77,7 +77,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    from .ppo import train
+    from .pipeline import train
 
     config = config_from_args(args)
     manifest = train(config, args.out)

@@ -10,7 +10,7 @@ import pytest
 
 import litellm_proteus.encoder as encoder_module
 from litellm_proteus.encoder import MemoryLRU, TextEncoder, fused_supported, native_layer_available, resolve_precision
-from train.bench.prompts import load_prompts
+from proteus_train.bench.prompts import load_prompts
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from litellm_proteus.encoder import STATIC_TABLE_FILE, TextEncoder
-from train import distill
-from train.distill import INFO_FILE, cached_static_encoder, distill_static
+from proteus_train import distill
+from proteus_train.distill import INFO_FILE, cached_static_encoder, distill_static
 
 
 @pytest.fixture(scope="module")

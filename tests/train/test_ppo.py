@@ -6,7 +6,10 @@ import torch
 
 from litellm_proteus.model import ModelConfig, ProteusModel
 from litellm_proteus.predictor import TauMapper
-from train.ppo import TrainConfig, calibrate, cost_frontier, derive_tau_range, dual_update, fit_boosts, masked_bce, reward
+from proteus_train.calibration import calibrate, cost_frontier, derive_tau_range
+from proteus_train.config import TrainConfig
+from proteus_train.heads import fit_boosts, masked_bce
+from proteus_train.ppo import dual_update, reward
 
 
 def test_dual_update_is_projected_gradient_step():

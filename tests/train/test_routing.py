@@ -8,7 +8,7 @@ import torch
 
 from litellm_proteus.artifact import TauCalibration, load_artifact, save_artifact
 from litellm_proteus.predictor import Candidate, ProteusPredictor
-from train.routing import route_log
+from proteus_train.routing import route_log
 
 ROUTERBENCH_MODELS = [f"model-{i}" for i in range(11)]
 

@@ -1,6 +1,6 @@
 """A loopback OpenAI-compatible upstream that answers every chat completion after a fixed delay.
 
-Run as ``python -m train.bench.mock_upstream --port P --delay 1.0``; it serves
+Run as ``python -m proteus_train.bench.mock_upstream --port P --delay 1.0``; it serves
 ``POST /v1/chat/completions`` (and ``/chat/completions``) plus ``GET /health`` on 127.0.0.1 only.
 A separate process, so its work never shares a GIL with the load generator or the proxy.
 """

@@ -248,7 +248,7 @@ def proxy_bench(
         upstream_port = free_port()
         upstream = Service(
             "mock upstream",
-            [sys.executable, "-m", "train.bench.mock_upstream", "--port", str(upstream_port), "--delay", str(settings.delay_s),
+            [sys.executable, "-m", "proteus_train.bench.mock_upstream", "--port", str(upstream_port), "--delay", str(settings.delay_s),
              "--nice", str(settings.load_nice)],
             workdir / "upstream.log",
             env={**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))},

@@ -52,7 +52,8 @@ from torch.nn import functional as F
 from litellm_proteus.predictor import frontier_share
 
 from ..fitting import fit_early_stopping
-from ..ppo import cost_frontier
+from ..calibration import cost_frontier
+from ..heads import masked_bce
 from .metrics import accuracy, oracle_choice, per_query
 
 
@@ -110,11 +111,6 @@ def _mlp(in_dim: int, out_dim: int, hidden: int = 256) -> nn.Sequential:
     return nn.Sequential(
         nn.Linear(in_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, out_dim)
     )
-
-
-def masked_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    observed = torch.isfinite(targets)
-    return F.binary_cross_entropy_with_logits(logits[observed], targets[observed])
 
 
 @dataclass

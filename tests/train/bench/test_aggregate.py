@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from train.bench.aggregate import median_proxy, median_rows
+from proteus_train.bench.aggregate import median_proxy, median_rows
 
 
 def test_median_rows_matches_cells_by_identity_not_position():

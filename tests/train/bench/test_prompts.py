@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from train.bench.prompts import BUNDLED_PROMPTS, _turns_text, cut_prompts, load_prompts
+from proteus_train.bench.prompts import BUNDLED_PROMPTS, _turns_text, cut_prompts, load_prompts
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from train.bench.proxy import run_niced
+from proteus_train.bench.proxy import run_niced
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux behaviour")
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from train.data import RoutingLogWarning, detect_format, load_logs
+from proteus_train.data import RoutingLogWarning, detect_format, load_logs
 
 from .conftest import RB_MODELS, routerbench_frame, sprout_frame, write_frame
 

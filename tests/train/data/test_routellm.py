@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from train.data import RoutingLogWarning, load_logs
-from train.data.routellm import ANSWER_ONLY_OUTPUT_TOKENS
+from proteus_train.data import RoutingLogWarning, load_logs
+from proteus_train.data.routellm import ANSWER_ONLY_OUTPUT_TOKENS
 
 MIX, GPT4 = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 

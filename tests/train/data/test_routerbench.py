@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from train.data import RoutingLogWarning, load_logs
-from train.data.common import prompt_text
+from proteus_train.data import RoutingLogWarning, load_logs
+from proteus_train.data.common import prompt_text
 
 from .conftest import RB_MODELS, routerbench_frame, write_frame
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.data import RoutingLogWarning, assign_splits, load_logs
-from train.data.common import files_sha256
+from proteus_train.data import RoutingLogWarning, assign_splits, load_logs
+from proteus_train.data.common import files_sha256
 
 pytestmark = pytest.mark.shared_data
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.data import RoutingLog, assign_splits
+from proteus_train.data import RoutingLog, assign_splits
 
 
 def make_log(n=200, tasks=None, split=None, method=""):

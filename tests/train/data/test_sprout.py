@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from train.data import load_logs
-from train.data.prices import SPROUT_PRICES
+from proteus_train.data import load_logs
+from proteus_train.data.prices import SPROUT_PRICES
 
 from .conftest import SPROUT_MODELS as MODELS
 from .conftest import sprout_frame as nested_frame

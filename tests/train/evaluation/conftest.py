@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.evaluation.baselines import FitContext, Split
+from proteus_train.evaluation.baselines import FitContext, Split
 
 SYNTH_MODELS = ["tiny", "small", "large", "huge"]
 SYNTH_PRICES = np.array([1e-4, 5e-4, 2e-3, 1e-2])  # USD per call

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.evaluation.baselines import (
+from proteus_train.evaluation.baselines import (
     BASELINE_NAMES,
     BestFixedRouter,
     CalibratedThresholdRouter,
@@ -26,7 +26,7 @@ from train.evaluation.baselines import (
     cheapest_argmax,
     make_baselines,
 )
-from train.evaluation.metrics import accuracy, cost_per_1k
+from proteus_train.evaluation.metrics import accuracy, cost_per_1k
 
 from .conftest import SYNTH_MODELS
 

@@ -11,8 +11,8 @@ import pytest
 from litellm_proteus.artifact import DataRecord
 from litellm_proteus.cli import main
 from litellm_proteus.encoder import resolve_precision
-from train.evaluation.baselines import BASELINE_NAMES
-from train.evaluation.plots import FIGURES
+from proteus_train.evaluation.baselines import BASELINE_NAMES
+from proteus_train.evaluation.plots import FIGURES
 
 from .conftest import SYNTH_MODELS, write_synthetic_routerbench
 
@@ -76,7 +76,7 @@ def test_eval_rejects_data_without_the_artifacts_models(tmp_path, make_artifact,
         main(args)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("train.cli") is None, reason="the trainer (train.cli) is not there yet")
+@pytest.mark.skipif(importlib.util.find_spec("proteus_train.cli") is None, reason="the trainer (train.cli) is not there yet")
 def test_train_then_eval(tmp_path, tiny_bert):
     """The CI pipeline: a short real training run on a small log, then its evaluation with an ablation."""
     csv = write_synthetic_routerbench(tmp_path / "logs.csv", n=200)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.evaluation.baselines import Routed, Router, Split
-from train.evaluation.dynamic import SCENARIOS, rolling_mean, run_scenario, schedule, window_stats
+from proteus_train.evaluation.baselines import Routed, Router, Split
+from proteus_train.evaluation.dynamic import SCENARIOS, rolling_mean, run_scenario, schedule, window_stats
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

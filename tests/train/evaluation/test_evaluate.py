@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from train.evaluation.baselines import BASELINE_NAMES
-from train.evaluation.baselines import Routed, Router, Split
-from train.evaluation.evaluate import (
+from proteus_train.evaluation.baselines import BASELINE_NAMES
+from proteus_train.evaluation.baselines import Routed, Router, Split
+from proteus_train.evaluation.evaluate import (
     Curve,
     EvalConfig,
     ProteusRouter,
@@ -21,9 +21,9 @@ from train.evaluation.evaluate import (
     max_compliant_tau,
     tau_grid,
 )
-from train.evaluation.metrics import Bootstrap, json_safe
-from train.evaluation.plots import FIGURES, write_figures
-from train.evaluation.report import render
+from proteus_train.evaluation.metrics import Bootstrap, json_safe
+from proteus_train.evaluation.plots import FIGURES, write_figures
+from proteus_train.evaluation.report import render
 
 ROUTER_KEYS = {"accuracy", "cost_per_1k", "oracle_gap_pp", "re", "rpi"}
 PER_TAU_KEYS = {"tau", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "cost_per_1k", "mu_mean", "meets_floor"}
@@ -233,7 +233,7 @@ def test_figures_are_written(result, tmp_path):
 
 def test_two_model_pool(synth_splits, build_random_artifact):
     """RouteLLM's MMLU set has two models: every baseline and metric must cope with K = 2."""
-    from train.evaluation.baselines import Split
+    from proteus_train.evaluation.baselines import Split
 
     train, val, test = (Split(s.emb, s.scores[:, [1, 3]], s.costs[:, [1, 3]]) for s in synth_splits)
     model, manifest = build_random_artifact(["small", "huge"], tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8))

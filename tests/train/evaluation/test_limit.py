@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from train.evaluation.limit import limit_cost_lp, limit_curve
+from proteus_train.evaluation.limit import limit_cost_lp, limit_curve
 
 
 def test_two_queries_by_hand():

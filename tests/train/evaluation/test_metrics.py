@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from train.evaluation.metrics import (
+from proteus_train.evaluation.metrics import (
     Bootstrap,
     accuracy,
     assignment_matrix,
