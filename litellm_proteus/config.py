@@ -9,7 +9,7 @@ runtime settings updates reach it the same way::
       routing_strategy_args:
         artifact: null            # null = the bundled default artifact
         device: auto              # auto | cpu | cuda | cuda:N
-        predictor_options: {}     # passed to ProteusPredictor (threads, precision, memory_cache, mix_operating_points ...)
+        predictor_options: {}     # PredictorOptions: threads, precision, memory_cache, mix_operating_points ...
         groups: [proteus-auto]    # model_names routed by PROTEUS; other groups keep LiteLLM's strategy
         default_tier: standard
         tiers: {premium: 0.85, standard: 0.82, economy: 0.79}
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -86,16 +86,46 @@ class BatchingSettings(BaseModel):
     )
 
 
+class PredictorOptions(BaseModel):
+    """How the predictor runs (``routing_strategy_args.predictor_options``); the speed options are
+    measured in ``encoder.py`` and ``docs/``.  Unknown keys are refused, naming the allowed ones."""
+
+    model_config = ConfigDict(extra="forbid")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="transformer encoder precision: auto = fp16 on CUDA, bf16 on CPUs with native bf16, else fp32"
+    )
+    quantize: Literal["none", "int8"] | None = Field(None, description="int8 moves embeddings: evaluate it first")
+    memory_cache: int = Field(1024, ge=0, description="in-process LRU of embeddings (exact; 0 = off)")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads (process-wide)")
+    backend: Literal["auto", "hf", "fused", "static"] = Field("auto", description="transformer implementation")
+    max_tokens: int | None = Field(None, ge=8, description="override the artifact's encoder length (changes embeddings)")
+    truncation: Literal["head", "tail", "head_tail"] | None = Field(None, description="override the artifact's truncation")
+    max_batch_tokens: int | None = Field(
+        None, ge=0, description="padded tokens per encoder pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit)"
+    )
+    mix_operating_points: bool = Field(
+        True, description="reach a tau between two frontier operating points by routing a prompt-hash share at each"
+    )
+
+    @field_validator("mix_operating_points", mode="before")
+    @classmethod
+    def _boolean(cls, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false; got {value!r}")
+        return value
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """Only what was set: the predictor's own defaults apply to the rest."""
+        return self.model_dump(exclude_unset=True)
+
+
 class ProteusConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     artifact: str | None = Field(None, description="artifact directory; null = the bundled default")
     device: str = "auto"
     encoder_cache_dir: str | None = None
-    predictor_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="extra ProteusPredictor options, e.g. {threads: 4, precision: bf16, memory_cache: 4096}",
-    )
+    predictor_options: PredictorOptions = Field(default_factory=PredictorOptions)
     groups: list[str] = Field(default_factory=lambda: ["proteus-auto"], min_length=1)
     default_tier: str = "standard"
     tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1)

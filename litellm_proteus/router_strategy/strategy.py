@@ -73,17 +73,14 @@ def load_predictor(config: ProteusConfig, fingerprint: str = ""):
     weights' hash): retraining with another calibration margin gives the same weights."""
     from ..predictor import ProteusPredictor
 
-    options = tuple(sorted((k, repr(v)) for k, v in config.predictor_options.items()))
+    options = tuple(sorted((k, repr(v)) for k, v in config.predictor_options.as_kwargs().items()))
     key = (str(artifact_dir(config)), fingerprint, config.device, config.encoder_cache_dir, options)
     with _shared_lock:
         if key not in _predictors:
-            try:
-                _predictors[key] = run_on_model_thread(  # all torch work on one thread: see model_thread.py
-                    ProteusPredictor, key[0], device=config.device, encoder_cache_dir=config.encoder_cache_dir,
-                    **config.predictor_options,
-                )
-            except TypeError as exc:  # an option this ProteusPredictor does not take
-                raise ValueError(f"routing_strategy_args.predictor_options: {exc}") from exc
+            _predictors[key] = run_on_model_thread(  # all torch work on one thread: see model_thread.py
+                ProteusPredictor, key[0], device=config.device, encoder_cache_dir=config.encoder_cache_dir,
+                **config.predictor_options.as_kwargs(),
+            )
         return _predictors[key]
 
 

@@ -67,3 +67,17 @@ def test_redis_settings_read_os_environ_references(monkeypatch):
     monkeypatch.delenv("PROTEUS_TEST_REDIS")
     with pytest.raises(ProteusConfigError, match="routing_strategy_args.redis.url: environment variable PROTEUS_TEST_REDIS is not set"):
         ProteusConfig.parse({"redis": {"url": "os.environ/PROTEUS_TEST_REDIS"}})
+
+
+def test_predictor_options_are_named_fields_and_errors_name_them():
+    from litellm_proteus.config import ProteusConfig, ProteusConfigError
+
+    config = ProteusConfig.parse({"predictor_options": {"threads": 2, "precision": "bf16"}})
+    assert config.predictor_options.as_kwargs() == {"threads": 2, "precision": "bf16"}  # unset options stay unset
+    assert ProteusConfig.parse({}).predictor_options.as_kwargs() == {}
+    with pytest.raises(ProteusConfigError, match=r"predictor_options\.warp_speed: .*allowed: \[.*'mix_operating_points'.*'threads'"):
+        ProteusConfig.parse({"predictor_options": {"warp_speed": 9}})
+    with pytest.raises(ProteusConfigError, match=r"predictor_options\.threads: Input should be greater than or equal to 1"):
+        ProteusConfig.parse({"predictor_options": {"threads": 0}})
+    with pytest.raises(ProteusConfigError, match=r"predictor_options\.precision: Input should be 'auto', 'fp32', 'bf16' or 'fp16'"):
+        ProteusConfig.parse({"predictor_options": {"precision": "fp8"}})

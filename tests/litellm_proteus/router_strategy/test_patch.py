@@ -144,7 +144,7 @@ def test_tiers_outside_the_declared_range_are_announced_at_startup(steerable_art
 
 
 def test_unknown_predictor_options_stop_the_router(steerable_artifact):
-    with pytest.raises(patch.ProteusStartupError, match="predictor_options: .*warp_speed"):
+    with pytest.raises(patch.ProteusStartupError, match=r"predictor_options\.warp_speed: Extra inputs are not permitted \(allowed: \[.*threads):
         Router(model_list=model_list(), routing_strategy="proteus",
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"warp_speed": 9}})
 
@@ -158,7 +158,7 @@ def test_predictor_options_reach_the_predictor(steerable_artifact):
 
     assert predictor().mix_operating_points is True
     assert predictor(predictor_options={"mix_operating_points": False}).mix_operating_points is False
-    with pytest.raises(patch.ProteusStartupError, match="mix_operating_points must be true or false; got 'no'"):
+    with pytest.raises(patch.ProteusStartupError, match="predictor_options.mix_operating_points: must be true or false; got 'no'"):
         Router(model_list=model_list(), routing_strategy="proteus",
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"mix_operating_points": "no"}})
 
