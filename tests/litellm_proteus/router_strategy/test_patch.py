@@ -144,7 +144,7 @@ def test_tiers_outside_the_declared_range_are_announced_at_startup(steerable_art
 
 
 def test_unknown_predictor_options_stop_the_router(steerable_artifact):
-    with pytest.raises(patch.ProteusStartupError, match=r"predictor_options\.warp_speed: Extra inputs are not permitted \(allowed: \[.*threads):
+    with pytest.raises(patch.ProteusStartupError, match=r"predictor_options\.warp_speed: Extra inputs are not permitted \(allowed: \[.*threads"):
         Router(model_list=model_list(), routing_strategy="proteus",
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"warp_speed": 9}})
 
