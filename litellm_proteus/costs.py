@@ -28,7 +28,7 @@ SPACES = ("usd_per_call", "log10_usd_per_call")
 
 @dataclass
 class CostNormalizer:
-    space: str = "log10_usd_per_call"
+    space: str = "usd_per_call"  # the trainer's default (TrainConfig.cost_space)
     low: float = float("nan")
     high: float = float("nan")
     lower_percentile: float = 5.0

@@ -45,7 +45,7 @@ def random_artifact(models, *, seed: int = 0, **manifest_overrides):
     models = list(models)
     torch.manual_seed(seed)
     config = ModelConfig(embed_dim=384, n_models=len(models))
-    norm = CostNormalizer()
+    norm = CostNormalizer(space="log10_usd_per_call")
     norm.update([1e-5, 1e-2])
     fields = dict(
         models=models,

@@ -15,7 +15,7 @@ def test_linear_space_is_dollars():
 
 
 def test_first_update_sets_percentile_bounds_in_log_space():
-    norm = CostNormalizer()
+    norm = CostNormalizer(space="log10_usd_per_call")
     costs = np.logspace(-5, -2, 101)  # log10 from -5 to -2, evenly
     norm.update(costs)
     assert norm.low == pytest.approx(-5 + 0.05 * 3, abs=1e-9)
@@ -23,14 +23,14 @@ def test_first_update_sets_percentile_bounds_in_log_space():
 
 
 def test_ema_moves_bounds_by_one_minus_momentum():
-    norm = CostNormalizer(momentum=0.9)
+    norm = CostNormalizer(space="log10_usd_per_call", momentum=0.9)
     norm.update([1e-4] * 10)
     norm.update([1e-2] * 10)
     assert norm.low == pytest.approx(0.9 * -4 + 0.1 * -2)
 
 
 def test_normalize_clips_to_unit_interval_and_is_monotone():
-    norm = CostNormalizer()
+    norm = CostNormalizer(space="log10_usd_per_call")
     norm.update(np.logspace(-5, -2, 50))
     out = norm.normalize([1e-9, 1e-5, 1e-4, 1e-3, 1.0])
     assert out[0] == 0.0 and out[-1] == 1.0
@@ -53,3 +53,9 @@ def test_round_trip_and_validation():
         CostNormalizer.from_dict({**norm.to_dict(), "space": "usd"})
     with pytest.raises(RuntimeError):
         CostNormalizer().normalize([1.0])
+
+
+def test_default_space_is_the_trainers():
+    from proteus_train.config import TrainConfig
+
+    assert CostNormalizer().space == TrainConfig().cost_space == "usd_per_call"
