@@ -161,6 +161,8 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
         raise _startup_error("; ".join(problems))
     strategy = ProteusRoutingStrategy(router, config, engine, TierStore(config.redis) if config.redis else None)
     router.set_custom_routing_strategy(strategy)
+    if strategy.tier_store is not None:
+        strategy.tier_store.start_warming()  # the first Redis connection opens before the first request
     router.proteus_strategy = strategy  # type: ignore[attr-defined]  # for introspection and tests
     _active = weakref.ref(strategy)
     _installed[router] = strategy
