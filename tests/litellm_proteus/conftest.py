@@ -135,3 +135,82 @@ def build_steerable_artifact(directory: Path, models=STEER_MODELS, p=STEER_P) ->
 @pytest.fixture(scope="session")
 def steerable_artifact(tmp_path_factory) -> Path:
     return build_steerable_artifact(tmp_path_factory.mktemp("steerable") / "artifact")
+
+
+# -- a slow first connection ---------------------------------------------------------------------
+class SlowFirstConnect:
+    """A loopback TCP relay in front of a real server whose first ``slow_connections`` accepted
+    connections wait ``delay_s`` before any byte flows (a cold start on a busy machine, reproduced
+    with real sockets).  Threads: one accept loop, two pumps per connection."""
+
+    def __init__(self, target_port: int, delay_s: float, slow_connections: int = 1):
+        import threading
+
+        self.target_port = target_port
+        self.delay_s = delay_s
+        self.slow_connections = slow_connections
+        self.accepted = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept_loop, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept_loop(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            delay = self.delay_s if self.accepted <= self.slow_connections else 0.0
+            thread = threading.Thread(target=self._relay, args=(client, delay), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _relay(self, client: socket.socket, delay: float) -> None:
+        import threading
+
+        if self._stop.wait(delay):
+            client.close()
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+        except OSError:
+            client.close()
+            return
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for sock in (src, dst):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        other = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        other.start()
+        pump(client, upstream)
+        other.join(5)
+        client.close()
+        upstream.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(2)
