@@ -102,6 +102,9 @@ def test_missing_or_corrupt_artifact_and_bad_config_stop_the_router(steerable_ar
 
     with pytest.raises(patch.ProteusStartupError, match="does not exist"):
         Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(tmp_path / "nope")})
+    with pytest.raises(patch.ProteusStartupError, match="manifest.json' is a file, not a directory"):
+        Router(model_list=model_list(), routing_strategy="proteus",
+               routing_strategy_args={"artifact": str(steerable_artifact / "manifest.json")})
     corrupt = tmp_path / "corrupt"
     shutil.copytree(steerable_artifact, corrupt)
     weights = corrupt / "model.safetensors"
