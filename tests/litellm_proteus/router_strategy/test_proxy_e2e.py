@@ -75,17 +75,18 @@ def proxy_config(artifact: Path, redis_url: str, model_list=None) -> dict:
 
 
 class Proxy:
-    def __init__(self, workdir: Path, config: dict):
+    def __init__(self, workdir: Path, config: dict, keys: dict = KEYS):
         self.workdir = workdir
+        self.master_key = "sk-" + secrets.token_hex(16)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "proxy.log"
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        (workdir / "keys.yaml").write_text(yaml.safe_dump({"keys": KEYS}))
+        (workdir / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
         env = {
             **os.environ,
-            "LITELLM_MASTER_KEY": "sk-" + secrets.token_hex(16),
+            "LITELLM_MASTER_KEY": self.master_key,
             "PROTEUS_KEYS_FILE": str(workdir / "keys.yaml"),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "HF_HUB_OFFLINE": "1",
