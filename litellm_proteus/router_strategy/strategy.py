@@ -319,7 +319,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             return None
         if lookup.stale:
             record_tier_error()
-            self._warn("redis", f"tier lookup failed, using the key's last known tier: {lookup.error}")
+            self._warn("redis_stale", f"tier lookup failed, using the key's last known tier: {lookup.error}")
         if lookup.tier is None:
             return None
         if lookup.tier not in self.config.tiers:
