@@ -296,12 +296,14 @@ def test_decision_log_lines_and_prometheus_metrics(proxy):
     assert "proteus_decision_latency_seconds_bucket" in metrics and "proteus_mu_bucket" in metrics
 
 
-def test_master_key_works_as_on_a_stock_proxy(proxy):
+def test_master_key_works_as_on_a_stock_proxy(proxy, redis_server):
     headers = {"Authorization": f"Bearer {proxy.master_key}"}
     models = httpx.get(proxy.base + "/v1/models", headers=headers, timeout=60)
     assert models.status_code == 200 and "proteus-auto" in {m["id"] for m in models.json()["data"]}
     chat = proxy.chat(proxy.master_key)
     assert chat.status_code == 200 and chat.headers["x-proteus-tier"] == "standard"  # no tier of its own: the default
+    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "litellm_proxy_master_key", "economy"]) == 0
+    assert proxy.chat(proxy.master_key).headers["x-proteus-tier"] == "economy"
     assert httpx.get(proxy.base + "/v1/models", headers={"Authorization": "Bearer sk-wrong"}, timeout=60).status_code == 401
 
 
