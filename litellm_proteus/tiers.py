@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -36,6 +37,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 CACHE_MAX_ENTRIES = 10_000
 CLIENT_NAME = "litellm-proteus"  # how the proxy's connections show in Redis's CLIENT LIST
+SHARED_STORES_MAX = 16
 
 
 class TierStoreError(RuntimeError):
@@ -233,6 +235,23 @@ class TierStore:
             if tier is not None:
                 out.append((redis_key[len(self.settings.key_prefix) :], tier))
         return sorted(out)
+
+
+_shared_stores: OrderedDict[str, TierStore] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_store(settings: RedisSettings) -> TierStore:
+    """One store per Redis settings per process: a rebuilt Router (config reload, settings update)
+    keeps the open connections and every key's last known tier."""
+    key = settings.model_dump_json()
+    with _shared_lock:
+        store = _shared_stores.get(key)
+        if store is None:
+            store = _shared_stores[key] = TierStore(settings)
+            while len(_shared_stores) > SHARED_STORES_MAX:
+                _shared_stores.popitem(last=False)
+        return store
 
 
 def _reason(exc: BaseException) -> str:

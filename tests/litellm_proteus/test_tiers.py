@@ -10,7 +10,7 @@ import yaml
 
 from litellm_proteus.cli import main
 from litellm_proteus.config import RedisSettings
-from litellm_proteus.tiers import CACHE_MAX_ENTRIES, TierStore, TierStoreError, hash_key
+from litellm_proteus.tiers import CACHE_MAX_ENTRIES, TierStore, TierStoreError, hash_key, shared_store
 
 from .conftest import SlowFirstConnect, free_port
 
@@ -224,3 +224,9 @@ def test_the_last_known_tiers_are_bounded(redis_server):
         store._remember(f"h{i}", "economy", 0.0)
     assert len(store._last_known) == CACHE_MAX_ENTRIES
     assert "h0" not in store._last_known and f"h{CACHE_MAX_ENTRIES + 4}" in store._last_known
+
+
+def test_one_shared_store_per_redis_settings():
+    settings = RedisSettings(url="redis://127.0.0.1:1/0")
+    assert shared_store(settings) is shared_store(RedisSettings(url="redis://127.0.0.1:1/0"))
+    assert shared_store(settings) is not shared_store(settings.model_copy(update={"timeout_ms": 60.0}))

@@ -73,6 +73,13 @@ def test_every_router_rebuild_installs_the_strategy(steerable_artifact):
     router.update_settings(routing_strategy_args=new_args)  # args-only update (e.g. from the DB)
     assert strategy_of(router).config.tiers == {"gold": 0.8}
 
+    # a rebuild keeps the tier store: its connections and every key's last known tier
+    with_redis = {**new_args, "redis": {"url": "redis://127.0.0.1:1/0"}}
+    router.update_settings(routing_strategy_args=with_redis)
+    store = strategy_of(router).tier_store
+    router.update_settings(routing_strategy_args={**with_redis, "allow_direct_deployments": True})
+    assert store is not None and strategy_of(router).tier_store is store
+
     # the proxy's DB path: a plain router first, router settings applied afterwards
     late = Router(model_list=model_list())
     assert strategy_of(late) is None
