@@ -57,7 +57,7 @@ def resolve_tau(config: ProteusConfig, requested: float | None, tier: TierChoice
     return TauResolution(requested, "request", tier.tier, tier.source, requested, False)
 
 
-# -- deployments, slots, prices -------------------------------------------------------------------
+# -- deployments and slots -----------------------------------------------------------------------
 def deployment_slot(deployment: Mapping[str, Any], slots: Sequence[str]) -> int:
     """The trained slot a deployment plays; DeploymentMappingError names it otherwise."""
     info = deployment.get("model_info") or {}

@@ -159,7 +159,7 @@ class ProteusRequest:
     messages: tuple[Mapping[str, Any], ...] | None  # for counting prompt tokens (None: count ``text``)
     tau: float | None  # the request's own tau, if any
     tau_field: str | None  # the metadata field it came from: metadata | litellm_metadata
-    metadata_tier: "TierChoice | None"  # the key's tier from key or team metadata
+    metadata_tier: TierChoice | None  # the key's tier from key or team metadata
     key_hash: str | None  # the API key (hash) whose Redis tier applies when metadata names none
     failed_ids: tuple[str, ...]  # deployments that already failed this request, oldest first
 
