@@ -201,6 +201,11 @@ def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Pa
 
 def read_manifest(directory: str | os.PathLike) -> Manifest:
     path = Path(directory) / MANIFEST_FILE
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise ArtifactError(
+            f"artifact {str(directory)!r} is a file, not a directory: name the directory that holds "
+            f"{MANIFEST_FILE} and {WEIGHTS_FILE}"
+        )
     if not Path(directory).is_dir():
         raise ArtifactError(f"artifact directory {str(directory)!r} does not exist")
     if not path.is_file():

@@ -53,6 +53,14 @@ class RedisSettings(BaseModel):
     cache_ttl_s: float = Field(5.0, ge=0, le=3600, description="in-process cache of looked-up tiers (0 = off)")
     retry_after_s: float = Field(1.0, ge=0, le=3600, description="after a failed lookup, the default tier without asking Redis for this long")
     max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per event loop")
+    connect_timeout_ms: float = Field(
+        1000.0, gt=0, le=60_000,
+        description="the first connection of each event loop (warmed at proxy start-up); not part of timeout_ms",
+    )
+    stale_ttl_s: float = Field(
+        3600.0, ge=0, le=7 * 86400,
+        description="a key's last tier read from Redis is used for this long while Redis is slow or down (0 = off)",
+    )
 
     @field_validator("url", "password", mode="before")
     @classmethod

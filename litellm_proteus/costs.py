@@ -10,14 +10,23 @@ Our choices, where it is silent:
 - c_hat = clip((f(c) - low) / (high - low), 0, 1) with f the identity or log10.
 The final bounds are stored in the artifact, so a live price at inference is normalised exactly as
 the training costs were; a price change in the proxy config moves c_hat without retraining.
+
+Live prices of a deployment (``deployment_prices``): its own ``input_cost_per_token`` /
+``output_cost_per_token`` (``litellm_params``, then ``model_info``), else LiteLLM's cost map
+(``litellm.model_cost``) by deployment id, model, model without provider prefix,
+``model_info.base_model``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from .request import short_repr
 
 # Free deployments (local models) still need a finite log-cost.
 MIN_COST_USD = 1e-9
@@ -76,3 +85,99 @@ class CostNormalizer:
         if not norm.initialised:
             raise ValueError("cost_normalization.low/high must be finite numbers")
         return norm
+
+
+# -- live deployment prices -----------------------------------------------------------------------
+class DeploymentMappingError(ValueError):
+    """Deployments of a PROTEUS group that cannot be scored (no slot or no price)."""
+
+
+def deployment_id(deployment: Mapping[str, Any]) -> str:
+    return str((deployment.get("model_info") or {}).get("id", ""))
+
+
+def model_name_variants(model: str) -> list[str]:
+    variants = [model]
+    if "/" in model:
+        variants.append(model.split("/", 1)[1])  # drop the provider prefix (openai/, together_ai/ ...)
+    return variants
+
+
+@dataclass(frozen=True)
+class Prices:
+    input_per_token: float
+    output_per_token: float
+    source: str  # litellm_params | model_info | cost_map:<key>
+
+
+PRICE_FIELDS = ("input_cost_per_token", "output_cost_per_token")
+
+
+def _override_price(entry: Any, field: str, where: str) -> float | None:
+    """An operator-set price: absent -> None; present but not a number >= 0 -> DeploymentMappingError."""
+    if not isinstance(entry, Mapping) or entry.get(field) is None:
+        return None
+    value = entry[field]
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not (math.isfinite(number) and number >= 0):
+        raise DeploymentMappingError(f"{where}.{field}={short_repr(value)}: must be a number >= 0 (USD per token)")
+    return number
+
+
+def _cost_map_prices(
+    deployment: Mapping[str, Any], cost_map: Mapping[str, Mapping[str, Any]] | None
+) -> tuple[str, tuple[float | None, float | None]] | None:
+    """(key, (input, output)) of the first cost-map entry with a usable input price: by deployment
+    id, model, model without provider prefix, ``model_info.base_model``."""
+    if cost_map is None:
+        import litellm
+
+        cost_map = litellm.model_cost
+    params = deployment.get("litellm_params") or {}
+    info = deployment.get("model_info") or {}
+    keys = [deployment_id(deployment), *model_name_variants(str(params.get("model", "")))]
+    if info.get("base_model"):
+        keys.append(str(info["base_model"]))
+    for key in filter(None, keys):
+        try:
+            pair = tuple(_override_price(cost_map.get(key), f, "cost_map") for f in PRICE_FIELDS)
+        except DeploymentMappingError:  # a broken map entry is not the operator's: try the next key
+            continue
+        if pair[0] is not None:
+            return key, pair  # type: ignore[return-value]
+    return None
+
+
+def deployment_prices(
+    deployment: Mapping[str, Any], cost_map: Mapping[str, Mapping[str, Any]] | None = None
+) -> Prices | None:
+    """Live per-token prices of a deployment, field by field: ``litellm_params``, then ``model_info``,
+    then LiteLLM's cost map (overriding only the output price keeps the map's input price, as
+    LiteLLM's own spend tracking does).  An override that is not a number >= 0 is a
+    DeploymentMappingError naming it; no input price anywhere -> None; no output price -> 0."""
+    name = deployment.get("model_name", "?")
+    overrides = {
+        where: {f: _override_price(deployment.get(where), f, f"deployment {name!r}: {where}") for f in PRICE_FIELDS}
+        for where in ("litellm_params", "model_info")
+    }
+    chosen: dict[str, tuple[float, str]] = {}
+    for field in PRICE_FIELDS:
+        for where, values in overrides.items():
+            if values[field] is not None:
+                chosen[field] = (values[field], where)
+                break
+    if len(chosen) < len(PRICE_FIELDS):
+        found = _cost_map_prices(deployment, cost_map)
+        if found is not None:
+            key, pair = found
+            for field, value in zip(PRICE_FIELDS, pair):
+                if field not in chosen and value is not None:
+                    chosen[field] = (value, f"cost_map:{key}")
+    if PRICE_FIELDS[0] not in chosen:
+        return None
+    sources = list(dict.fromkeys(chosen[f][1] for f in PRICE_FIELDS if f in chosen))  # input's first
+    output = chosen.get(PRICE_FIELDS[1], (0.0, ""))[0]
+    return Prices(chosen[PRICE_FIELDS[0]][0], output, source="+".join(sources))

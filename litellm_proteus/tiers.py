@@ -3,8 +3,15 @@
 Redis holds ``<key_prefix><key hash> -> <tier name>``.  The key hash is the one LiteLLM logs and
 stores for virtual keys (``litellm.proxy.utils.hash_token``: SHA-256 hex of the raw ``sk-...``
 key), so ``proteus tiers set sk-my-key premium`` and the proxy's ``user_api_key_hash`` agree.
-The proxy looks tiers up with a bounded timeout; an unreachable or slow Redis means the default
-tier and a warning, never a failed request.  Lookups are cached in-process for ``cache_ttl_s``.
+The proxy looks tiers up with a bounded timeout (``timeout_ms``); Redis trouble never fails a request:
+
+- each event loop's first connection is opened at proxy start-up (``warm``) and, if a request comes
+  first, waited for up to ``connect_timeout_ms``, outside the per-lookup budget: a cold start on a
+  busy machine is not a Redis failure;
+- answers are cached in-process for ``cache_ttl_s``; each key's last answer is also kept for
+  ``stale_ttl_s`` (bounded, least recently used dropped first) and served while Redis is slow or
+  down (stale-if-error), so a Redis blip never moves a known key to another tier;
+- a key Redis never answered for gets the default tier while Redis is unreachable, with a warning.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from .config import DEFAULT_TIERS, ProteusConfigError, RedisSettings, load_config_file
@@ -27,6 +37,7 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 CACHE_MAX_ENTRIES = 10_000
 CLIENT_NAME = "litellm-proteus"  # how the proxy's connections show in Redis's CLIENT LIST
+SHARED_STORES_MAX = 16
 
 
 class TierStoreError(RuntimeError):
@@ -42,13 +53,25 @@ def hash_key(key_or_hash: str) -> str:
     return key
 
 
+@dataclass(frozen=True)
+class TierLookup:
+    tier: str | None  # None: Redis holds no tier for the key
+    stale: bool = False  # Redis could not answer: this is the key's last known tier
+    error: str = ""  # why Redis could not answer (stale lookups only)
+
+
 class TierStore:
     def __init__(self, settings: RedisSettings):
         self.settings = settings
         self.timeout = settings.timeout_ms / 1000.0
+        self.connect_timeout = settings.connect_timeout_ms / 1000.0
         self._async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # Per event loop: the task opening its first connection (kept once it succeeded).
+        self._first_connects: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._warming: asyncio.Task | None = None
         self._sync_client: Any = None
         self._cache: dict[str, tuple[str | None, float]] = {}
+        self._last_known: OrderedDict[str, tuple[str | None, float]] = OrderedDict()  # key hash -> (tier, expiry)
         self._down_until = 0.0  # monotonic time before which Redis is not asked (after a failure)
 
     def redis_key(self, key_hash: str) -> str:
@@ -64,8 +87,10 @@ class TierStore:
 
             client = aioredis.Redis.from_url(
                 self.settings.connection_url(),
-                socket_timeout=self.timeout,
-                socket_connect_timeout=self.timeout,
+                # Lookups are bounded by asyncio.wait_for(timeout); the socket limits only bound the
+                # connection handshake, which may take up to connect_timeout on a busy event loop.
+                socket_timeout=self.connect_timeout,
+                socket_connect_timeout=self.connect_timeout,
                 decode_responses=True,
                 retry_on_timeout=False,
                 max_connections=self.settings.max_connections,  # a slow Redis must not pile up sockets
@@ -74,8 +99,44 @@ class TierStore:
             self._async_clients[loop] = client
         return client
 
+    async def warm(self) -> bool:
+        """Open the running loop's first connection now (the proxy calls this at start-up); False,
+        with a warning, when Redis cannot be reached (lookups then fall back as documented)."""
+        try:
+            await self._first_connection()
+        except Exception as exc:  # start-up goes on without Redis
+            self._down_until = time.monotonic() + self.settings.retry_after_s
+            logger.warning("PROTEUS: Redis at %s is not reachable at start-up (%s); tiers fall back to the default tier until it is", self._where(), _reason(exc))
+            return False
+        return True
+
+    def start_warming(self) -> asyncio.Task | None:
+        """``warm`` in the background when called on a running event loop (the proxy builds its
+        Router inside its start-up event, on the loop that serves requests); None otherwise."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        self._warming = loop.create_task(self.warm())  # referenced: a task nobody holds may be collected
+        return self._warming
+
+    async def _first_connection(self) -> None:
+        """Wait (up to ``connect_timeout``) for the running loop's first connection; at once when it
+        is open.  Concurrent callers share one attempt; a failed attempt is retried by the next call."""
+        loop = asyncio.get_running_loop()
+        task = self._first_connects.get(loop)
+        if task is not None and task.done() and (task.cancelled() or task.exception() is not None):
+            task = None
+        if task is None:
+            task = loop.create_task(asyncio.wait_for(self._async_client().ping(), self.connect_timeout))
+            self._first_connects[loop] = task
+        if not task.done():
+            await asyncio.shield(task)
+        task.result()
+
     async def aclose(self) -> None:
         """Close the running loop's client (a private loop, as the sync Router path uses, ends with it)."""
+        self._first_connects.pop(asyncio.get_running_loop(), None)
         client = self._async_clients.pop(asyncio.get_running_loop(), None)
         if client is not None:
             await client.aclose()
@@ -93,14 +154,16 @@ class TierStore:
             raise TierStoreError(f"Redis at {self._where()} failed recently; asking again in {self._down_until - now:.1f} s")
         import redis
 
+        budget_ms = self.settings.connect_timeout_ms
         try:
+            await self._first_connection()
+            budget_ms = self.settings.timeout_ms
             tier = await asyncio.wait_for(self._async_client().get(self.redis_key(key_hash)), self.timeout)
         except redis.exceptions.ResponseError as exc:  # Redis answered (e.g. WRONGTYPE): this key only
             raise TierStoreError(f"Redis at {self._where()}: {exc}") from exc
         except (asyncio.TimeoutError, OSError, redis.exceptions.RedisError) as exc:
             self._down_until = time.monotonic() + self.settings.retry_after_s
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise TierStoreError(f"Redis at {self._where()} failed or did not answer within {self.settings.timeout_ms} ms ({reason})") from exc
+            raise TierStoreError(f"Redis at {self._where()} failed or did not answer within {budget_ms:g} ms ({_reason(exc)})") from exc
         except Exception as exc:  # anything else from the client library: still never a failed request
             raise TierStoreError(f"Redis at {self._where()} failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(tier, str):
@@ -109,7 +172,27 @@ class TierStore:
             if len(self._cache) >= CACHE_MAX_ENTRIES:
                 self._cache.clear()
             self._cache[key_hash] = (tier, now + self.settings.cache_ttl_s)
+        self._remember(key_hash, tier, now)
         return tier
+
+    async def alookup(self, key_hash: str) -> TierLookup:
+        """``aget``, but while Redis cannot answer a key with a last known tier (read from Redis at
+        most ``stale_ttl_s`` ago) gets that tier, marked stale; TierStoreError only for other keys."""
+        try:
+            return TierLookup(await self.aget(key_hash))
+        except TierStoreError as exc:
+            known = self._last_known.get(key_hash)
+            if known is None or known[1] <= time.monotonic():
+                raise
+            return TierLookup(known[0], stale=True, error=str(exc))
+
+    def _remember(self, key_hash: str, tier: str | None, now: float) -> None:
+        if self.settings.stale_ttl_s <= 0:
+            return
+        self._last_known[key_hash] = (tier, now + self.settings.stale_ttl_s)
+        self._last_known.move_to_end(key_hash)
+        while len(self._last_known) > CACHE_MAX_ENTRIES:
+            self._last_known.popitem(last=False)
 
     def _where(self) -> str:
         return re.sub(r"//[^@/]*@", "//***@", self.settings.connection_url())
@@ -152,6 +235,27 @@ class TierStore:
             if tier is not None:
                 out.append((redis_key[len(self.settings.key_prefix) :], tier))
         return sorted(out)
+
+
+_shared_stores: OrderedDict[str, TierStore] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def shared_store(settings: RedisSettings) -> TierStore:
+    """One store per Redis settings per process: a rebuilt Router (config reload, settings update)
+    keeps the open connections and every key's last known tier."""
+    key = settings.model_dump_json()
+    with _shared_lock:
+        store = _shared_stores.get(key)
+        if store is None:
+            store = _shared_stores[key] = TierStore(settings)
+            while len(_shared_stores) > SHARED_STORES_MAX:
+                _shared_stores.popitem(last=False)
+        return store
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 # -- CLI ------------------------------------------------------------------------------------------

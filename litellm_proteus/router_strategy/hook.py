@@ -5,9 +5,10 @@ import registers the strategy (see ``patch.py``) before the proxy builds its Rou
 it:
 
 - rejects a bad ``tau`` (not a number, NaN, <= 0 or > 1) with HTTP 400 naming ``tau`` and the
-  accepted range (and a ``metadata`` that is not an object, naming ``metadata``), before any
-  routing work (``async_pre_call_hook``), for every request PROTEUS may route: its group's, or a
-  fallback's;
+  accepted range (and a ``metadata`` that is not an object, naming ``metadata``; ``messages`` that
+  is not an array or an ``input`` that is neither a string nor an array, naming that field),
+  before any routing work (``async_pre_call_hook``), for every request PROTEUS may route: its
+  group's, or a fallback's;
 - drops a client-sent ``metadata.proteus`` (only the router may write the decision there) on every
   request, and client-sent retry breadcrumbs (``previous_models``) on those PROTEUS may route;
 - adds the decision headers to the response (``async_post_call_response_headers_hook``).
@@ -22,7 +23,7 @@ from typing import Any
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy._types import ProxyException
 
-from ..engine import METADATA_KEYS, TauError, request_tau, short_repr
+from ..request import METADATA_KEYS, RequestShapeError, TauError, check_shape, request_tau, short_repr
 from ..observability import DecisionRecord
 from .patch import active_strategy
 from .strategy import DECISION_METADATA_KEY
@@ -71,6 +72,10 @@ class ProteusHook(CustomLogger):
             request_tau(*(data.get(k) for k in METADATA_KEYS))
         except TauError as exc:
             raise bad_request(f"invalid metadata.tau: {exc}", "tau") from exc
+        try:
+            check_shape(data.get("messages"), data.get("input"))
+        except RequestShapeError as exc:
+            raise bad_request(str(exc), exc.field) from exc
         return data
 
     async def async_post_call_response_headers_hook(

@@ -30,7 +30,7 @@ from ..artifact import MANIFEST_FILE, ArtifactError, file_sha256, read_manifest
 from ..config import STRATEGY_NAME, ProteusConfig, ProteusConfigError
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
-from ..tiers import TierStore
+from ..tiers import shared_store
 from .strategy import ProteusRoutingStrategy, artifact_dir, load_predictor, release_unused
 
 logger = logging.getLogger("litellm_proteus.router")
@@ -159,8 +159,10 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
         problems.append(f"artifact {artifact_dir(config)}: cannot load ({type(exc).__name__}: {exc})")
     if problems:
         raise _startup_error("; ".join(problems))
-    strategy = ProteusRoutingStrategy(router, config, engine, TierStore(config.redis) if config.redis else None)
+    strategy = ProteusRoutingStrategy(router, config, engine, shared_store(config.redis) if config.redis else None)
     router.set_custom_routing_strategy(strategy)
+    if strategy.tier_store is not None:
+        strategy.tier_store.start_warming()  # the first Redis connection opens before the first request
     router.proteus_strategy = strategy  # type: ignore[attr-defined]  # for introspection and tests
     _active = weakref.ref(strategy)
     _installed[router] = strategy

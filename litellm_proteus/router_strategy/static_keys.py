@@ -12,16 +12,23 @@ and set ``general_settings: {custom_auth: litellm_proteus.router_strategy.static
 Requests authenticate as their key's LiteLLM hash (``hash_token``), exactly like virtual keys, so
 ``proteus tiers set sk-carol premium`` applies.  Unknown keys get HTTP 401.  The file is re-read
 when it changes.  Production deployments should use LiteLLM's virtual keys instead.
+
+The proxy's master key (``LITELLM_MASTER_KEY`` / ``general_settings.master_key``) authenticates as
+on a stock proxy: a proxy admin, named by LiteLLM's master-key alias (``litellm_proxy_master_key``,
+so ``proteus tiers set litellm_proxy_master_key premium`` gives it a tier).  LiteLLM hands every
+request to a ``custom_auth`` before it checks the master key itself, so this module does.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 from typing import Any
 
 from fastapi import HTTPException, Request
-from litellm.proxy._types import UserAPIKeyAuth
+from litellm.constants import LITELLM_PROXY_MASTER_KEY_ALIAS
+from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
 
 from ..tiers import hash_key
 
@@ -46,7 +53,29 @@ def _load(path: str) -> dict[str, dict[str, Any]]:
         return _cache["keys"]
 
 
+def is_master_key(api_key: str) -> bool:
+    from litellm.proxy import proxy_server
+
+    master_key = getattr(proxy_server, "master_key", None)
+    if not (isinstance(master_key, str) and master_key and isinstance(api_key, str)):
+        return False
+    return secrets.compare_digest(api_key.encode(), master_key.encode())
+
+
+def master_key_auth() -> UserAPIKeyAuth:
+    """What LiteLLM's own auth returns for the master key."""
+    from litellm.proxy import proxy_server
+
+    return UserAPIKeyAuth(
+        api_key=LITELLM_PROXY_MASTER_KEY_ALIAS,
+        user_role=LitellmUserRoles.PROXY_ADMIN,
+        user_id=proxy_server.litellm_proxy_admin_name,
+    )
+
+
 async def user_api_key_auth(request: Request, api_key: str) -> UserAPIKeyAuth:
+    if is_master_key(api_key):
+        return master_key_auth()
     path = os.environ.get(KEYS_FILE_ENV)
     if not path:
         raise HTTPException(status_code=500, detail=f"{KEYS_FILE_ENV} is not set (static_keys custom_auth)")

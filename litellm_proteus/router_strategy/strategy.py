@@ -36,19 +36,8 @@ from ..artifact import DEFAULT_ARTIFACT_DIR
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
-from ..engine import (
-    METADATA_KEYS,
-    DecisionEngine,
-    DecisionRequest,
-    TauError,
-    TierChoice,
-    exclude_failed,
-    failed_deployment_ids,
-    request_tau,
-    resolve_tau,
-    tier_from_metadata,
-)
-from ..prompts import request_text
+from ..engine import DecisionEngine, DecisionRequest, exclude_failed, resolve_tau
+from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
 from ..observability import DecisionRecord, RateLimitedWarnings, log_decision, record_metrics, record_tier_error
 from ..tiers import TierStore, TierStoreError, hash_key
 
@@ -178,9 +167,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         span = get_parent_otel_span_from_kwargs(request_kwargs)
         managed = self.manages(model)
         if managed:
-            try:  # reject bad tau before any work (the proxy's pre-call hook already did)
-                requested = request_tau(*(request_kwargs.get(k) for k in METADATA_KEYS))
-            except TauError as exc:
+            try:  # reject bad input before any work (the proxy's pre-call hook already did)
+                request = read_request(self.config, messages, input, request_kwargs)
+            except (TauError, RequestShapeError) as exc:
                 raise litellm.BadRequestError(message=str(exc), model=model, llm_provider=STRATEGY_NAME) from exc
         healthy = await router.async_get_healthy_deployments(
             model=model,
@@ -194,7 +183,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             return self._direct_deployment(model, healthy)
         if not managed:
             return await self._litellm_pick(model, healthy, messages, input, request_kwargs, span)
-        return await self._proteus_pick(model, healthy, messages, input, request_kwargs, requested, span)
+        return await self._proteus_pick(model, healthy, request, request_kwargs, span)
 
     def get_available_deployment(
         self,
@@ -264,11 +253,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             raise await async_raise_no_deployment_exception(litellm_router_instance=router, model=model, parent_otel_span=span)
         return deployment
 
-    async def _proteus_pick(self, model, healthy, messages, input, request_kwargs, requested, span):
+    async def _proteus_pick(self, model, healthy, request: ProteusRequest, request_kwargs, span):
         start = time.perf_counter()
-        metadatas = [request_kwargs.get(k) for k in METADATA_KEYS]
-        failed = failed_deployment_ids(*metadatas)
-        pool = exclude_failed(healthy, failed)
+        pool = exclude_failed(healthy, request.failed_ids)
         scored, problems = self.engine.score_all(pool)
         if problems:  # deployments added at runtime (e.g. /model/new) that cannot be scored
             self._warn("unscored", "skipping deployments PROTEUS cannot score: " + "; ".join(problems))
@@ -283,11 +270,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             raise await async_raise_no_deployment_exception(
                 litellm_router_instance=self.router, model=model, parent_otel_span=span
             )
-        tier = await self._tier(metadatas)
-        resolution = resolve_tau(self.config, requested, tier)
-        routed = await self.batcher.submit(
-            DecisionRequest(request_text(messages, input), messages, resolution.tau, scored)
-        )
+        tier = await self._tier(request)
+        resolution = resolve_tau(self.config, request.tau, tier)
+        routed = await self.batcher.submit(DecisionRequest(request.text, request.messages, resolution.tau, scored))
         decision = routed.decision
         chosen = scored[decision.index]
         record = DecisionRecord(
@@ -318,39 +303,26 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         return chosen.deployment
 
     # -- tiers ----------------------------------------------------------------------------------
-    async def _tier(self, metadatas: list[Any]) -> TierChoice | None:
-        for metadata in metadatas:
-            if not isinstance(metadata, dict):
-                continue
-            choice = tier_from_metadata(
-                metadata.get("user_api_key_metadata"), metadata.get("user_api_key_team_metadata"), self.config
-            )
-            if choice is not None:
-                return choice
-        if self.tier_store is None:
-            return None
-        key = next(
-            (
-                m.get("user_api_key_hash") or m.get("user_api_key")
-                for m in metadatas
-                if isinstance(m, dict) and (m.get("user_api_key_hash") or m.get("user_api_key"))
-            ),
-            None,
-        )
-        if not isinstance(key, str):
+    async def _tier(self, request: ProteusRequest) -> TierChoice | None:
+        if request.metadata_tier is not None:
+            return request.metadata_tier
+        if self.tier_store is None or request.key_hash is None:
             return None
         try:
-            tier = await self.tier_store.aget(hash_key(key))
+            lookup = await self.tier_store.alookup(hash_key(request.key_hash))
         except TierStoreError as exc:
             record_tier_error()
             self._warn("redis", f"tier lookup failed, using the default tier {self.config.default_tier!r}: {exc}")
             return None
-        if tier is None:
+        if lookup.stale:
+            record_tier_error()
+            self._warn("redis_stale", f"tier lookup failed, using the key's last known tier: {lookup.error}")
+        if lookup.tier is None:
             return None
-        if tier not in self.config.tiers:
-            self._warn("tier", f"Redis names tier {tier!r} for a key, not a configured tier {sorted(self.config.tiers)}; using the default")
+        if lookup.tier not in self.config.tiers:
+            self._warn("tier", f"Redis names tier {lookup.tier!r} for a key, not a configured tier {sorted(self.config.tiers)}; using the default")
             return None
-        return TierChoice(tier, "redis")
+        return TierChoice(lookup.tier, "redis")
 
     def _warn(self, kind: str, message: str) -> None:
         self._warnings.warn(kind, "PROTEUS: %s", message)

@@ -41,13 +41,16 @@ class RedisServer:
                 self.process.wait(10)
 
 
-def start_redis() -> RedisServer:
+def start_redis(port: int | None = None, directory: Path | None = None) -> RedisServer:
+    """A redis-server on ``port`` (default: a free one); with ``directory``, a ``SAVE`` there is
+    loaded again by the next server started on it (no automatic snapshots either way)."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed")
-    port = free_port()
+    port = port or free_port()
+    persistence = ["--dir", str(directory), "--dbfilename", "dump.rdb"] if directory is not None else []
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *persistence],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -135,3 +138,162 @@ def build_steerable_artifact(directory: Path, models=STEER_MODELS, p=STEER_P) ->
 @pytest.fixture(scope="session")
 def steerable_artifact(tmp_path_factory) -> Path:
     return build_steerable_artifact(tmp_path_factory.mktemp("steerable") / "artifact")
+
+
+# -- a slow first connection ---------------------------------------------------------------------
+class SlowFirstConnect:
+    """A loopback TCP relay in front of a real server whose first ``slow_connections`` accepted
+    connections wait ``delay_s`` before any byte flows (a cold start on a busy machine, reproduced
+    with real sockets).  Threads: one accept loop, two pumps per connection."""
+
+    def __init__(self, target_port: int, delay_s: float, slow_connections: int = 1):
+        import threading
+
+        self.target_port = target_port
+        self.delay_s = delay_s
+        self.slow_connections = slow_connections
+        self.accepted = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._accept_loop, daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept_loop(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            self.accepted += 1
+            delay = self.delay_s if self.accepted <= self.slow_connections else 0.0
+            thread = threading.Thread(target=self._relay, args=(client, delay), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _relay(self, client: socket.socket, delay: float) -> None:
+        import threading
+
+        if self._stop.wait(delay):
+            client.close()
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+        except OSError:
+            client.close()
+            return
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for sock in (src, dst):
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        other = threading.Thread(target=pump, args=(upstream, client), daemon=True)
+        other.start()
+        pump(client, upstream)
+        other.join(5)
+        client.close()
+        upstream.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+        for thread in self._threads:
+            thread.join(2)
+
+
+# -- an OpenAI-compatible upstream that fails some calls ------------------------------------------
+class FlakyUpstream:
+    """A loopback OpenAI-compatible server (chat, completions, embeddings, responses) in a thread:
+    each answer names the model it was asked for; calls for a model in ``failure_rates`` fail with
+    HTTP 500 at that rate (seeded, so runs repeat).  Counts calls and injected failures per model."""
+
+    def __init__(self, failure_rates: dict[str, float], seed: int = 0):
+        import asyncio
+        import random
+        import threading
+
+        self.failure_rates = failure_rates
+        self.calls: dict[str, int] = {}
+        self.failures: dict[str, int] = {}
+        self._random = random.Random(seed)
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}/v1"
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the flaky upstream did not start")
+
+    def _answer(self, kind: str, model: str, text: str) -> dict:
+        usage = {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}
+        created = int(time.time())
+        if kind == "chat":
+            return {"id": "chatcmpl-1", "object": "chat.completion", "created": created, "model": model, "usage": usage,
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+        if kind == "completions":
+            return {"id": "cmpl-1", "object": "text_completion", "created": created, "model": model, "usage": usage,
+                    "choices": [{"index": 0, "finish_reason": "stop", "text": text, "logprobs": None}]}
+        if kind == "embeddings":
+            return {"object": "list", "model": model, "usage": {"prompt_tokens": 10, "total_tokens": 10},
+                    "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2, 0.3]}]}
+        return {"id": "resp_1", "object": "response", "created_at": created, "status": "completed", "model": model,
+                "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                            "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+                "usage": {"input_tokens": 10, "output_tokens": 3, "total_tokens": 13}}
+
+    def _serve(self) -> None:
+        import asyncio
+
+        from aiohttp import web
+
+        def handler(kind: str):
+            async def handle(request: web.Request) -> web.Response:
+                try:
+                    body = await request.json()
+                except ValueError:
+                    body = {}
+                model = str(body.get("model", "?")) if isinstance(body, dict) else "?"
+                self.calls[model] = self.calls.get(model, 0) + 1
+                if self._random.random() < self.failure_rates.get(model, 0.0):
+                    self.failures[model] = self.failures.get(model, 0) + 1
+                    return web.json_response({"error": {"message": "injected failure", "type": "server_error"}}, status=500)
+                return web.json_response(self._answer(kind, model, f"served by {model}"))
+
+            return handle
+
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        for kind, path in (("chat", "chat/completions"), ("completions", "completions"), ("embeddings", "embeddings"),
+                           ("responses", "responses")):
+            app.router.add_post(f"/v1/{path}", handler(kind))
+        asyncio.set_event_loop(self._loop)
+        runner = web.AppRunner(app, access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+        self._runner = runner
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+        self._loop.close()
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

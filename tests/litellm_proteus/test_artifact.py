@@ -29,6 +29,10 @@ def test_round_trip_preserves_weights_and_manifest(make_artifact):
 def test_missing_directory_and_files(tmp_path, make_artifact):
     with pytest.raises(ArtifactError, match="does not exist"):
         load_artifact(tmp_path / "nope")
+    a_file = tmp_path / "manifest.json"
+    a_file.write_text("{}")
+    with pytest.raises(ArtifactError, match="is a file, not a directory"):
+        load_artifact(a_file)
     directory = make_artifact(["a", "b"])
     (directory / WEIGHTS_FILE).unlink()
     with pytest.raises(ArtifactError, match=WEIGHTS_FILE):

@@ -9,19 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from litellm_proteus.config import ProteusConfig
-from litellm_proteus.engine import (
-    DecisionEngine,
-    DecisionRequest,
-    DeploymentMappingError,
+from litellm_proteus.costs import DeploymentMappingError, deployment_prices
+from litellm_proteus.engine import DecisionEngine, DecisionRequest, deployment_slot, exclude_failed, resolve_tau
+from litellm_proteus.request import (
     TauError,
     TierChoice,
-    deployment_prices,
-    deployment_slot,
-    exclude_failed,
     failed_deployment_ids,
     parse_tau,
     request_tau,
-    resolve_tau,
     tier_from_metadata,
 )
 from litellm_proteus.predictor import Decision

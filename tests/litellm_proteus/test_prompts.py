@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from litellm_proteus.prompts import content_text, request_text, turns_text
+from litellm_proteus.prompts import MAX_DEPTH, MAX_PARTS, content_text, request_text, turns_text
 
 IMAGE = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
 
@@ -54,3 +54,41 @@ def test_input_of_embeddings_completions_and_responses(input, text):
 def test_messages_win_over_input():
     assert request_text([{"role": "user", "content": "m"}], "i") == "m"
     assert turns_text([]) == ""
+
+
+def nested(depth: int, leaf):
+    """``leaf`` inside ``depth`` lists, built without recursion."""
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+def test_nested_lists_flatten_in_order():
+    assert content_text([["a", [{"type": "text", "text": "b"}]], "c"]) == content_text(["a", "b", "c"]) == "a\nb\nc"
+
+
+@pytest.mark.parametrize("depth", [250, 900, 100_000])
+def test_deep_nesting_is_walked_without_recursion_and_bounded(depth):
+    """Content nested far beyond Python's recursion limit: parts past MAX_DEPTH are dropped."""
+    content = [nested(depth, "deep"), "shallow"]
+    message = [{"role": "user", "content": content}]
+    assert request_text(message) == "shallow"
+    assert request_text(None, content) == "shallow"
+    assert content_text(nested(MAX_DEPTH - 1, "kept")) == "kept"
+
+
+def test_the_walk_stops_after_max_parts():
+    assert content_text(["x"] * (MAX_PARTS + 10)).count("x") == MAX_PARTS - 1  # the outer list is one part
+
+
+@pytest.mark.parametrize(
+    "turns, text",
+    [
+        ("one string turn", "one string turn"),
+        ({"role": "user", "content": "one message"}, "one message"),
+        (5, ""),
+        ([{"type": ["unhashable"], "text": "t"}, {"type": "text", "text": {"nested": "object"}}], ""),
+    ],
+)
+def test_odd_turn_shapes_give_text_or_nothing_never_an_error(turns, text):
+    assert turns_text(turns) == text

@@ -10,9 +10,9 @@ import yaml
 
 from litellm_proteus.cli import main
 from litellm_proteus.config import RedisSettings
-from litellm_proteus.tiers import TierStore, TierStoreError, hash_key
+from litellm_proteus.tiers import CACHE_MAX_ENTRIES, TierStore, TierStoreError, hash_key, shared_store
 
-from .conftest import free_port
+from .conftest import SlowFirstConnect, free_port
 
 
 def test_hash_key_is_litellms_key_hash():
@@ -90,7 +90,7 @@ def test_unreachable_or_silent_redis_raises_tier_store_error():
     with socket.socket() as silent:  # accepts connections, never answers: the timeout must fire
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
-        slow = TierStore(RedisSettings(port=silent.getsockname()[1], timeout_ms=100))
+        slow = TierStore(RedisSettings(port=silent.getsockname()[1], timeout_ms=100, connect_timeout_ms=100))
         with pytest.raises(TierStoreError, match="did not answer within 100"):
             asyncio.run(slow.aget("h"))
 
@@ -155,3 +155,78 @@ def test_aclose_ends_the_loops_connections(redis_server):
     for _ in range(5):  # five private loops, as five sync Router calls make
         assert asyncio.run(lookup_then_close()) == 1
     assert proteus_connections(raw) == 0
+
+
+def test_a_slow_first_connection_is_not_a_failed_lookup(redis_server):
+    """The first connection takes 6x the lookup budget (a cold start on a busy machine): the lookup
+    still answers from Redis, and the next lookups keep to the budget on the open connection."""
+    TierStore(RedisSettings(url=redis_server.url)).set(hash_key("sk-slow"), "economy")
+    relay = SlowFirstConnect(redis_server.port, delay_s=0.3)
+    try:
+        store = TierStore(RedisSettings(url=relay.url, timeout_ms=50, cache_ttl_s=0))
+
+        async def lookups():
+            return [await store.aget(hash_key("sk-slow")) for _ in range(3)]
+
+        assert asyncio.run(lookups()) == ["economy"] * 3
+        assert relay.accepted == 1
+    finally:
+        relay.close()
+
+
+def test_warm_opens_the_first_connection_before_any_lookup(redis_server):
+    import redis
+
+    raw = redis.Redis.from_url(redis_server.url)
+    store = TierStore(RedisSettings(url=redis_server.url))
+
+    async def warm_then_count():
+        assert store.start_warming() is not None
+        await store._warming
+        return proteus_connections(raw)
+
+    assert asyncio.run(warm_then_count()) == 1
+    assert store.start_warming() is None  # no running loop: nothing to warm
+    refused = TierStore(RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0", retry_after_s=60))
+    assert asyncio.run(refused.warm()) is False
+    with pytest.raises(TierStoreError, match="failed recently"):  # the start-up failure counts
+        asyncio.run(refused.aget("h"))
+
+
+def test_a_known_key_keeps_its_last_tier_while_redis_is_down(redis_server):
+    store = TierStore(RedisSettings(url=redis_server.url, cache_ttl_s=0, timeout_ms=100))
+    store.set(hash_key("sk-known"), "economy")
+
+    async def before():
+        return await store.alookup(hash_key("sk-known")), await store.alookup(hash_key("sk-no-tier"))
+
+    fresh, no_tier = asyncio.run(before())
+    assert (fresh.tier, fresh.stale) == ("economy", False) and (no_tier.tier, no_tier.stale) == (None, False)
+    redis_server.stop()
+
+    async def during():
+        return [await store.alookup(hash_key(k)) for k in ("sk-known", "sk-known", "sk-no-tier")]
+
+    known, again, still_none = asyncio.run(during())
+    assert (known.tier, known.stale) == ("economy", True) and "ConnectionError" in known.error
+    assert (again.tier, again.stale) == ("economy", True) and "failed recently" in again.error
+    assert (still_none.tier, still_none.stale) == (None, True)
+    with pytest.raises(TierStoreError):  # never read from Redis: the documented default-tier fallback
+        asyncio.run(store.alookup(hash_key("sk-unknown")))
+    expired = TierStore(RedisSettings(url=redis_server.url, stale_ttl_s=0))
+    with pytest.raises(TierStoreError):
+        asyncio.run(expired.alookup(hash_key("sk-known")))
+
+
+def test_the_last_known_tiers_are_bounded(redis_server):
+    store = TierStore(RedisSettings(url=redis_server.url))
+    for i in range(CACHE_MAX_ENTRIES + 5):
+        store._remember(f"h{i}", "economy", 0.0)
+    assert len(store._last_known) == CACHE_MAX_ENTRIES
+    assert "h0" not in store._last_known and f"h{CACHE_MAX_ENTRIES + 4}" in store._last_known
+
+
+def test_one_shared_store_per_redis_settings():
+    settings = RedisSettings(url="redis://127.0.0.1:1/0")
+    assert shared_store(settings) is shared_store(RedisSettings(url="redis://127.0.0.1:1/0"))
+    assert shared_store(settings) is not shared_store(settings.model_copy(update={"timeout_ms": 60.0}))

@@ -56,8 +56,25 @@ def test_metadata_that_is_not_an_object_is_http_400_naming_it(metadata):
     assert "metadata must be a JSON object" in info.value.message
 
 
+@pytest.mark.parametrize(
+    "body, field",
+    [({"messages": 5}, "messages"), ({"messages": "hi"}, "messages"), ({"messages": {"role": "user"}}, "messages"),
+     ({"input": 5}, "input"), ({"input": {"text": "hi"}}, "input")],
+)
+def test_messages_or_input_of_the_wrong_shape_is_http_400_naming_it(body, field):
+    with pytest.raises(ProxyException) as info:
+        pre_call({"model": "proteus-auto", **body})
+    assert (info.value.code, info.value.param, info.value.type) == ("400", field, "invalid_request_error")
+    assert info.value.message.startswith(f"{field} must be")
+    deep: list = ["x"]
+    for _ in range(900):
+        deep = [deep]
+    data = {"model": "proteus-auto", "messages": [{"role": "user", "content": deep}], "input": "ok"}
+    assert pre_call(data) is data  # deep, but the right shape: routed on its text
+
+
 def test_client_sent_retry_breadcrumbs_are_dropped():
-    """Only LiteLLM's own retries may shrink the candidate set (see engine.failed_deployment_ids)."""
+    """Only LiteLLM's own retries may shrink the candidate set (see request.failed_deployment_ids)."""
     data = {"model": "proteus-auto", "metadata": {"tau": 0.8, "previous_models": [{"deployment_id": "d"}],
                                                   "request_retry_count": 3}}
     assert pre_call(data)["metadata"] == {"tau": 0.8}

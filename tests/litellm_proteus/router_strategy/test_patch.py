@@ -73,6 +73,13 @@ def test_every_router_rebuild_installs_the_strategy(steerable_artifact):
     router.update_settings(routing_strategy_args=new_args)  # args-only update (e.g. from the DB)
     assert strategy_of(router).config.tiers == {"gold": 0.8}
 
+    # a rebuild keeps the tier store: its connections and every key's last known tier
+    with_redis = {**new_args, "redis": {"url": "redis://127.0.0.1:1/0"}}
+    router.update_settings(routing_strategy_args=with_redis)
+    store = strategy_of(router).tier_store
+    router.update_settings(routing_strategy_args={**with_redis, "allow_direct_deployments": True})
+    assert store is not None and strategy_of(router).tier_store is store
+
     # the proxy's DB path: a plain router first, router settings applied afterwards
     late = Router(model_list=model_list())
     assert strategy_of(late) is None
@@ -102,6 +109,9 @@ def test_missing_or_corrupt_artifact_and_bad_config_stop_the_router(steerable_ar
 
     with pytest.raises(patch.ProteusStartupError, match="does not exist"):
         Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(tmp_path / "nope")})
+    with pytest.raises(patch.ProteusStartupError, match="manifest.json' is a file, not a directory"):
+        Router(model_list=model_list(), routing_strategy="proteus",
+               routing_strategy_args={"artifact": str(steerable_artifact / "manifest.json")})
     corrupt = tmp_path / "corrupt"
     shutil.copytree(steerable_artifact, corrupt)
     weights = corrupt / "model.safetensors"

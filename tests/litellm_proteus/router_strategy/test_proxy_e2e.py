@@ -35,6 +35,7 @@ KEYS = {
     "sk-bob": {"team_id": "research", "team_metadata": {"proteus_tier": "economy"}},  # from team metadata
     "sk-carol": {},  # tier from Redis (set by the test)
     "sk-dave": {},  # nothing anywhere: the default tier
+    "sk-frank": {},  # first seen while Redis is down
 }
 
 
@@ -75,17 +76,18 @@ def proxy_config(artifact: Path, redis_url: str, model_list=None) -> dict:
 
 
 class Proxy:
-    def __init__(self, workdir: Path, config: dict):
+    def __init__(self, workdir: Path, config: dict, keys: dict = KEYS):
         self.workdir = workdir
+        self.master_key = "sk-" + secrets.token_hex(16)
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / "proxy.log"
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config))
-        (workdir / "keys.yaml").write_text(yaml.safe_dump({"keys": KEYS}))
+        (workdir / "keys.yaml").write_text(yaml.safe_dump({"keys": keys}))
         env = {
             **os.environ,
-            "LITELLM_MASTER_KEY": "sk-" + secrets.token_hex(16),
+            "LITELLM_MASTER_KEY": self.master_key,
             "PROTEUS_KEYS_FILE": str(workdir / "keys.yaml"),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "HF_HUB_OFFLINE": "1",
@@ -294,14 +296,52 @@ def test_decision_log_lines_and_prometheus_metrics(proxy):
     assert "proteus_decision_latency_seconds_bucket" in metrics and "proteus_mu_bucket" in metrics
 
 
-def test_redis_stopped_mid_test_still_serves_with_the_default_tier(proxy, redis_server):
+def test_master_key_works_as_on_a_stock_proxy(proxy, redis_server):
+    headers = {"Authorization": f"Bearer {proxy.master_key}"}
+    models = httpx.get(proxy.base + "/v1/models", headers=headers, timeout=60)
+    assert models.status_code == 200 and "proteus-auto" in {m["id"] for m in models.json()["data"]}
+    chat = proxy.chat(proxy.master_key)
+    assert chat.status_code == 200 and chat.headers["x-proteus-tier"] == "standard"  # no tier of its own: the default
+    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "litellm_proxy_master_key", "economy"]) == 0
+    assert proxy.chat(proxy.master_key).headers["x-proteus-tier"] == "economy"
+    assert httpx.get(proxy.base + "/v1/models", headers={"Authorization": "Bearer sk-wrong"}, timeout=60).status_code == 401
+
+
+@pytest.mark.parametrize("path, body, field", [
+    (CHAT, {"messages": 5}, "messages"),
+    ("/v1/responses", {"input": {"text": "hi"}}, "input"),
+    ("/v1/embeddings", {"input": 5}, "input"),
+])
+def test_a_body_of_the_wrong_shape_is_a_400_naming_the_field(proxy, path, body, field):
+    response = post(proxy, path, {"model": "proteus-auto", **body})
+    assert response.status_code == 400, response.text
+    assert (response.json()["error"]["param"], response.json()["error"]["type"]) == (field, "invalid_request_error")
+
+
+@pytest.mark.parametrize("path, field", [(CHAT, "messages"), ("/v1/responses", "input"), ("/v1/embeddings", "input"),
+                                         ("/v1/completions", "prompt")])
+def test_content_nested_900_deep_is_routed_not_a_500(proxy, path, field):
+    deep: object = "What is the capital of France?"
+    for _ in range(900):
+        deep = [deep]
+    value = [{"role": "user", "content": deep}] if field == "messages" else deep
+    response = post(proxy, path, {"model": "proteus-auto", field: value})
+    assert response.status_code < 500, response.text
+    assert "recursion" not in response.text.lower()
+
+
+def test_redis_stopped_mid_test_keeps_known_keys_tiers(proxy, redis_server):
     assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "sk-carol", "economy"]) == 0
     assert proxy.chat("sk-carol").headers["x-proteus-tau-source"] == "redis"
     redis_server.stop()
-    response = proxy.chat("sk-carol")
-    assert response.status_code == 200
-    assert (response.headers["x-proteus-tier"], response.headers["x-proteus-tau-source"]) == ("standard", "default")
-    assert "tier lookup failed" in proxy.log()
+    known = proxy.chat("sk-carol")  # its last tier read from Redis
+    assert known.status_code == 200
+    assert (known.headers["x-proteus-tier"], known.headers["x-proteus-tau-source"]) == ("economy", "redis")
+    unknown = proxy.chat("sk-frank")  # never read from Redis: the default tier
+    assert unknown.status_code == 200
+    assert (unknown.headers["x-proteus-tier"], unknown.headers["x-proteus-tau-source"]) == ("standard", "default")
+    assert "tier lookup failed, using the key's last known tier" in proxy.log()
+    assert "tier lookup failed, using the default tier" in proxy.log()
 
 
 def test_startup_fails_naming_unmapped_deployments_and_a_corrupt_artifact(tmp_path, steerable_artifact):
