@@ -128,7 +128,7 @@ def build_steerable_artifact(directory: Path, models=STEER_MODELS, p=STEER_P) ->
         architecture=config,
         tau_range=TAU_RANGE,
         tau_train_range=(0.65, 0.95),
-        cost_normalization=CostNormalizer(low=-5.0, high=-2.0).to_dict(),
+        cost_normalization=CostNormalizer(space="log10_usd_per_call", low=-5.0, high=-2.0).to_dict(),
         avg_input_tokens={m: 400.0 for m in models},
         avg_output_tokens={m: 100.0 for m in models},
     )
