@@ -155,12 +155,14 @@ class RotatingJsonl:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes, self.max_files = max_bytes, max_files
         self.files: list[Path] = []
+        self._opened = 0  # numbers this process's files: unique even within one second
         self._handle: Any = None
         self._size = 0
 
     def _open_next(self) -> None:
         self.close()
-        path = self.directory / log_file_name(os.getpid(), len(self.files))
+        path = self.directory / log_file_name(os.getpid(), self._opened)
+        self._opened += 1
         self._handle = open(path, "a", encoding="utf-8")
         self._size = path.stat().st_size
         self.files.append(path)
@@ -295,7 +297,15 @@ def log_files(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         raise OSError(f"decision log directory {directory} does not exist")
-    return sorted(directory.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
+    return sorted(directory.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"), key=_file_order)
+
+
+def _file_order(path: Path) -> tuple:
+    """(UTC stamp, pid, n) with pid and n as numbers: ``-10`` comes after ``-9``."""
+    parts = path.name[len(FILE_PREFIX) : -len(FILE_SUFFIX)].split("-")
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return (parts[0], int(parts[1]), int(parts[2]))
+    return (parts[0], -1, -1)
 
 
 def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
