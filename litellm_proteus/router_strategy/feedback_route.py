@@ -4,7 +4,8 @@ LiteLLM has no hook for a plugin to add a route, so the hook's import (the proxy
 at start-up, in every worker) adds an ``APIRouter`` to ``litellm.proxy.proxy_server.app``, guarded
 by LiteLLM's own ``user_api_key_auth`` dependency: the same keys, custom auth and 401s as
 ``/v1/chat/completions``.  (LiteLLM virtual keys that are not proxy admins also need the route in
-their ``allowed_routes``, as for any non-OpenAI route.)  Answers: 200 with the decision's call id,
+their ``allowed_routes``, as for any non-OpenAI route.)  A body that is not a JSON object is a 400
+before authentication (LiteLLM's auth cannot read such a body).  Answers: 200 with the decision's call id,
 state key and score; refusals in OpenAI's error shape with the status ``FeedbackError`` carries.
 """
 
@@ -15,29 +16,40 @@ import logging
 import sys
 from typing import Any
 
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
 from ..feedback import FEEDBACK_ROUTE, FeedbackError, submit_to_strategy
 
 logger = logging.getLogger("litellm_proteus.router")
 
 
-def error_response(message: str, status: int, param: str | None) -> Any:
-    from fastapi.responses import JSONResponse
-
+def error_response(message: str, status: int, param: str | None) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "service_unavailable"
     return JSONResponse(
         status_code=status, content={"error": {"message": message, "type": kind, "param": param, "code": str(status)}}
     )
 
 
-async def proteus_feedback(request: Any) -> Any:
-    from .patch import active_strategy
+async def require_json_object(request: Request) -> None:
+    """Runs before LiteLLM's auth, which fails with a 500 on a body that is not a JSON object."""
+    from litellm.proxy._types import ProxyException
 
     try:
         body = await request.json()
     except ValueError:
-        return error_response("body must be a JSON object {\"call_id\": ..., \"score\": 0..1}", 400, None)
+        body = None
     if not isinstance(body, dict):
-        return error_response("body must be a JSON object {\"call_id\": ..., \"score\": 0..1}", 400, None)
+        raise ProxyException(
+            message='body must be a JSON object {"call_id": ..., "score": 0..1}', type="invalid_request_error",
+            param=None, code=400,
+        )
+
+
+async def proteus_feedback(request: Request) -> Any:
+    from .patch import active_strategy
+
+    body = await request.json()  # a JSON object: checked by require_json_object
     strategy = active_strategy()
     if strategy is None:
         return error_response("PROTEUS routing is not active on this proxy", 404, None)
@@ -55,15 +67,15 @@ def register_feedback_route() -> bool:
     app = getattr(server, "app", None)
     if app is None or any(getattr(route, "path", None) == FEEDBACK_ROUTE for route in app.router.routes):
         return False
-    from fastapi import APIRouter, Depends, Request
     from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
-
-    async def endpoint(request: Request) -> Any:
-        return await proteus_feedback(request)
 
     router = APIRouter()
     router.add_api_route(
-        FEEDBACK_ROUTE, endpoint, methods=["POST"], dependencies=[Depends(user_api_key_auth)], tags=["proteus"]
+        FEEDBACK_ROUTE,
+        proteus_feedback,
+        methods=["POST"],
+        dependencies=[Depends(require_json_object), Depends(user_api_key_auth)],
+        tags=["proteus"],
     )
     app.include_router(router)
     logger.info("PROTEUS feedback route: POST %s", FEEDBACK_ROUTE)
