@@ -69,7 +69,9 @@ def log_routed(
     compliance_metrics.export(state_key, getattr(strategy, "controller", None))
     if strategy.decision_log is None:
         return
-    if not request_kwargs.get("litellm_call_id"):  # Router SDK calls: LiteLLM takes the id given here
+    # The proxy sets litellm_call_id before routing (retries share it); a Router SDK call without
+    # one gets an id here, which LiteLLM then uses for that attempt.
+    if not request_kwargs.get("litellm_call_id"):
         request_kwargs["litellm_call_id"] = str(uuid.uuid4())
     metadatas = [m for m in (request_kwargs.get(k) for k in METADATA_KEYS) if isinstance(m, dict)]
     key_hash = next((m["user_api_key_hash"] for m in metadatas if isinstance(m.get("user_api_key_hash"), str)), None)
