@@ -16,6 +16,7 @@ parse (a process killed mid-write leaves at most its last line half-written).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -29,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .compliance_metrics import record_log_drop
 from .config import DecisionLogSettings, RedisSettings
 from .observability import RateLimitedWarnings
 
@@ -202,6 +204,7 @@ class DecisionLogWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self._thread = threading.Thread(target=self._run, name="proteus-decision-log", daemon=True)
         self._thread.start()
+        atexit.register(self.close)  # a worker stopping normally writes what is queued
 
     def submit(self, record: dict[str, Any]) -> bool:
         """Queue a record; False (and counted) when the queue is full."""
@@ -210,8 +213,6 @@ class DecisionLogWriter:
             return True
         except queue.Full:
             self.dropped += 1
-            from .compliance_metrics import record_log_drop
-
             record_log_drop()
             self._warnings.warn("full", "PROTEUS decision log: queue full (%d), records dropped", self.settings.queue_size)
             return False
@@ -227,7 +228,10 @@ class DecisionLogWriter:
 
     def close(self, timeout: float = 10.0) -> None:
         if self._thread.is_alive():
-            self._queue.put(_STOP)
+            try:
+                self._queue.put(_STOP, timeout=timeout)
+            except queue.Full:
+                return
             self._thread.join(timeout)
 
     def _run(self) -> None:
