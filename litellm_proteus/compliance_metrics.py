@@ -10,7 +10,8 @@
 
 With a compliance controller on the strategy (``strategy.controller``), every gauge is read from its
 ``snapshot(state_key)`` (state shared through Redis).  Without one, this process keeps the last
-``WINDOW`` decisions and ``WINDOW`` labels per state key, and delta / infeasible stay 0.  Under
+``WINDOW`` decisions and ``WINDOW`` labels per state key, and delta / infeasible stay 0.  Decisions
+refresh a state key's gauges at most every ``EXPORT_EVERY_S``; feedback refreshes them at once.  Under
 several proxy workers (LiteLLM's ``PROMETHEUS_MULTIPROC_DIR``), a gauge shows the value its live
 workers set most recently (``multiprocess_mode="livemostrecent"``).
 """
@@ -18,10 +19,12 @@ workers set most recently (``multiprocess_mode="livemostrecent"``).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any
 
 WINDOW = 1000
+EXPORT_EVERY_S = 1.0  # per state key, on the request path: a controller snapshot may read Redis
 
 
 class _Window:
@@ -31,6 +34,7 @@ class _Window:
 
 
 _windows: dict[str, _Window] = {}
+_exported: dict[str, float] = {}
 _lock = threading.Lock()
 
 
@@ -93,8 +97,14 @@ def record_feedback(state_key: str, score: float) -> None:
         window.labels.append(score)
 
 
-def export(state_key: str, controller: Any = None) -> dict[str, Any]:
-    """Set the gauges of ``state_key`` from the controller's snapshot, else this process's window."""
+def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict[str, Any] | None:
+    """Set the gauges of ``state_key`` from the controller's snapshot, else this process's window;
+    with ``every_s``, at most that often per state key (None when skipped)."""
+    now = time.monotonic()
+    with _lock:
+        if every_s and now - _exported.get(state_key, -every_s) < every_s:
+            return None
+        _exported[state_key] = now
     snapshot = controller.snapshot(state_key) if controller is not None else local_snapshot(state_key)
     g = gauges()
     if g is not None:

@@ -66,7 +66,7 @@ def log_routed(
     state_key = state_key_of(decision, resolution.tier)
     p = [float(x) for x in decision.p]
     compliance_metrics.record_decision(state_key, p[decision.index])
-    compliance_metrics.export(state_key, getattr(strategy, "controller", None))
+    compliance_metrics.export(state_key, getattr(strategy, "controller", None), compliance_metrics.EXPORT_EVERY_S)
     if strategy.decision_log is None:
         return
     # The proxy sets litellm_call_id before routing (retries share it); a Router SDK call without
