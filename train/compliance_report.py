@@ -4,7 +4,7 @@ Per tier of the decision log (``litellm_proteus/decision_log.py``): requests, pr
 (mean calibrated p of the chosen deployments), realised accuracy over the labelled requests (mean
 feedback score) with a 95 % Wilson interval, cost per 1K requests (LiteLLM's ``response_cost`` where
 an outcome has one, else the routing estimate) and the controller's δ over time (mean per quarter
-of the tier's requests).  The figure (``--png``) plots, per tier, τ (``tau_effective - delta``),
+of the tier's requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
 the predicted and the realised accuracy over trailing windows of ``--window`` requests.
 """
 
@@ -37,7 +37,7 @@ def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, fl
 class TierCompliance:
     tier: str
     requests: int
-    tau: float  # mean tau_effective - delta
+    tau: float  # mean promised tau
     predicted_accuracy: float
     labels: int
     realised_accuracy: float | None
@@ -55,7 +55,11 @@ def request_cost(row: LoggedDecision) -> float:
 
 
 def target_tau(row: LoggedDecision) -> float:
-    return float(row.decision["tau_effective"]) - float(row.decision.get("delta") or 0.0)
+    """The accuracy the request was promised (``tau``; records without it: tau_effective - delta)."""
+    decision = row.decision
+    if isinstance(decision.get("tau"), (int, float)):
+        return float(decision["tau"])
+    return float(decision["tau_effective"]) - float(decision.get("delta") or 0.0)
 
 
 def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:

@@ -82,6 +82,7 @@ def log_routed(
         tier=resolution.tier,
         tau_source=resolution.source,
         state_key=state_key,
+        tau=resolution.tau,
         tau_requested=resolution.requested,
         tau_effective=float(decision.tau_effective),
         delta=float(getattr(decision, "delta", 0.0) or 0.0),

@@ -25,7 +25,7 @@ from litellm_proteus.decision_log import (
 
 def make_decision(call_id: str, ts: float | None = None, tier: str = "standard", p: float = 0.8) -> dict:
     return decision_record(
-        call_id=call_id, key_hash="abc", tier=tier, tau_source="default", state_key=f"tier:{tier}",
+        call_id=call_id, key_hash="abc", tier=tier, tau_source="default", state_key=f"tier:{tier}", tau=0.82,
         tau_requested=None, tau_effective=0.82, delta=0.0, mu=0.5, model_group="proteus-auto",
         candidates=[LoggedCandidate("d1", 0, "cheap", 1e-4, 0.6), LoggedCandidate("d2", 1, "strong", 1e-3, p)],
         chosen=1, propensity=1.0, prompt="What is 2+2?", artifact="sha", log_prompt=False, ts=ts,
@@ -56,7 +56,7 @@ def test_records_carry_the_schema_and_hash_the_prompt_unless_prompts_are_logged(
 
 def _decision_kwargs() -> dict:
     return dict(
-        call_id="c", key_hash=None, tier="t", tau_source="request", state_key="tier:t", tau_requested=0.9,
+        call_id="c", key_hash=None, tier="t", tau_source="request", state_key="tier:t", tau=0.9, tau_requested=0.9,
         tau_effective=0.9, delta=0.0, mu=0.9, model_group="g", candidates=[LoggedCandidate("d", 0, "m", 0.0, 0.9)],
         chosen=0, propensity=1.0, prompt="What is 2+2?", artifact="", log_prompt=False,
     )

@@ -24,7 +24,7 @@ def write_log(directory) -> None:
         call_id = f"c{i}"
         writer.submit(decision_record(
             call_id=call_id, key_hash=None, tier=tier, tau_source="key_metadata", state_key=f"tier:{tier}",
-            tau_requested=None, tau_effective=0.85 + delta, delta=delta, mu=0.5, model_group="g",
+            tau=0.85, tau_requested=None, tau_effective=0.85 + delta, delta=delta, mu=0.5, model_group="g",
             candidates=[LoggedCandidate("a", 0, "cheap", 0.001, 0.7), LoggedCandidate("b", 1, "strong", 0.01, 0.9)],
             chosen=1 if tier == "premium" else 0, propensity=1.0, prompt=f"q{i}", artifact="", log_prompt=False,
             ts=100.0 + i,

@@ -26,7 +26,7 @@ from litellm_proteus.decision_log import DecisionLogWriter, LoggedCandidate, dec
 def sample_decision(i: int) -> dict:
     return decision_record(
         call_id=f"bench-{i:08d}-0000-0000-000000000000", key_hash="f" * 64, tier="standard", tau_source="default",
-        state_key="tier:standard", tau_requested=None, tau_effective=0.82, delta=0.0, mu=0.41,
+        state_key="tier:standard", tau=0.82, tau_requested=None, tau_effective=0.82, delta=0.0, mu=0.41,
         model_group="proteus-auto",
         candidates=[LoggedCandidate(f"deployment-{k}", k, f"model-{k}", 1e-4 * (k + 1), 0.6 + 0.1 * k) for k in range(3)],
         chosen=1, propensity=1.0, prompt=f"prompt {i}", artifact="a" * 64, log_prompt=False,

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from litellm_proteus.cli import main as proteus_cli
-from litellm_proteus.decision_log import join_log
+from litellm_proteus.decision_log import iter_records, join_log
 from litellm_proteus.feedback import FEEDBACK_ROUTE, FeedbackError, send_feedback
 
 from ..conftest import start_redis
@@ -20,6 +20,7 @@ from .test_proxy_e2e import LITELLM, Proxy, proxy_config
 
 pytestmark = pytest.mark.e2e
 KEYS_BY_TIER = {"premium": "sk-alice", "economy": "sk-bob", "standard": "sk-dave"}
+TIER_TAU = {"premium": 0.9, "standard": 0.85, "economy": 0.7}  # proxy_config's tiers
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,7 @@ def test_every_answered_request_is_in_the_log_with_its_outcome(logged_proxy):
         row = rows[call_id]
         decision = row.decision
         assert decision["schema"] == 1 and decision["tier"] == tier and decision["state_key"] == f"tier:{tier}"
+        assert decision["tau"] == TIER_TAU[tier] and decision["tau_requested"] is None
         assert decision["candidates"][decision["chosen"]]["model"] == response.headers["x-proteus-model"]
         assert decision["propensity"] == 1.0 and "prompt" not in decision and len(decision["prompt_sha256"]) == 64
         assert row.outcome["success"] is True and row.outcome["response_cost"] > 0 and row.outcome["latency_ms"] >= 0
@@ -93,7 +95,8 @@ def test_every_answered_request_is_in_the_log_with_its_outcome(logged_proxy):
     assert unmanaged.headers["x-litellm-call-id"] not in wait_for_log(logged_proxy, [], 0)
 
 
-def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_realised_gauge(logged_proxy):
+def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_realised_gauge(logged_proxy, monkeypatch):
+    monkeypatch.delenv("LITELLM_API_KEY", raising=False)
     response = logged_proxy.chat("sk-alice")
     call_id = response.headers["x-litellm-call-id"]
     wait_for_log(logged_proxy, [call_id])
@@ -127,13 +130,20 @@ def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_real
     assert send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")["state_key"] == "tier:economy"
     with pytest.raises(FeedbackError, match="HTTP 409"):
         send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")
+    third = logged_proxy.chat("sk-dave").headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [third])
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base, "--api-key", "sk-dave"]) == 0
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base, "--api-key", "sk-dave"]) == 2  # duplicate
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base]) == 2  # no key: 401
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         rows = {row.call_id: row for row in join_log(log_dir(logged_proxy))}
-        if rows[call_id].feedback is not None and rows[second].feedback is not None:
+        if all(rows[c].feedback is not None for c in (call_id, second, third)):
             break
         time.sleep(0.2)
-    assert (rows[call_id].feedback, rows[second].feedback) == (0.25, 1.0)
+    assert (rows[call_id].feedback, rows[second].feedback, rows[third].feedback) == (0.25, 1.0, 0.0)
+    sources = [r["source"] for r in iter_records(log_dir(logged_proxy)) if r["type"] == "feedback"]
+    assert sorted(sources) == ["cli", "judge", "python"]
 
 
 def test_the_compliance_report_reads_the_proxys_log(logged_proxy, tmp_path, capsys):

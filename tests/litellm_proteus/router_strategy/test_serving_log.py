@@ -61,7 +61,7 @@ def test_a_retried_call_logs_its_decisions_and_outcomes_and_takes_feedback(steer
     [row] = [r for r in join_log(directory) if r.call_id == call_id]
     chosen = row.decision["candidates"][row.decision["chosen"]]
     assert chosen["model"] == response.choices[0].message.content and row.outcome["success"] is True
-    assert row.decision["prompt"] == "What is the capital of France?" and row.decision["tau_requested"] == 0.85
+    assert row.decision["prompt"] == "What is the capital of France?" and row.decision["tau_requested"] == row.decision["tau"] == 0.85
     assert {c["model"] for c in row.decision["candidates"]} == set(HOSTS) - {"gpt-4-1106-preview"}
     assert all(0 <= c["p"] <= 1 and c["cost_usd"] > 0 for c in row.decision["candidates"])
 
