@@ -17,6 +17,7 @@ runtime settings updates reach it the same way::
         redis: {url: redis://127.0.0.1:6379/0, timeout_ms: 50}
         allow_direct_deployments: false   # may a request name one deployment of a group (skipping tau)?
         batching: {max_batch: 32, max_wait_ms: 0}   # 0: a lone request runs at once
+        decision_log: {dir: /var/log/proteus}   # durable decisions, outcomes, feedback (docs/decision-log.md)
 
 Errors name the field (``routing_strategy_args.tiers.premium: ...``) and the allowed values.
 """
@@ -125,6 +126,32 @@ class PredictorOptions(BaseModel):
     def as_kwargs(self) -> dict[str, Any]:
         """Only what was set: the predictor's own defaults apply to the rest."""
         return self.model_dump(exclude_unset=True)
+class DecisionLogSettings(BaseModel):
+    """The decision log (``litellm_proteus/decision_log.py``) and the feedback it makes possible."""
+
+    model_config = ConfigDict(extra="forbid")
+    dir: str | None = Field(None, description="directory of rotating JSONL files; null = no files")
+    max_bytes: int = Field(64 * 2**20, ge=4096, description="a file is closed and a new one started past this size")
+    max_files: int = Field(100, ge=1, description="files kept per proxy process; the oldest are deleted")
+    queue_size: int = Field(10_000, ge=1, description="records waiting for the writer thread; more are dropped (counted)")
+    log_prompts: bool = Field(False, description="store the prompt text (its SHA-256 is always stored)")
+    log_responses: bool = Field(False, description="store the response text in outcome records")
+    redis_stream: str | None = Field(
+        None, description="also XADD every record to this Redis stream (needs routing_strategy_args.redis)"
+    )
+    redis_stream_maxlen: int = Field(1_000_000, ge=1, description="approximate length cap of the stream (MAXLEN ~)")
+    redis_index: bool = Field(
+        True, description="keep each decision in Redis for feedback_max_age_s, so any worker can accept its feedback"
+    )
+    redis_key_prefix: str = "proteus:decision:"
+    index_size: int = Field(100_000, ge=1, description="decisions kept in memory per process for feedback lookups")
+    feedback_max_age_s: float = Field(7 * 86400.0, gt=0, description="feedback for an older decision is refused (late)")
+
+    @model_validator(mode="after")
+    def _a_sink(self) -> "DecisionLogSettings":
+        if self.dir is None and self.redis_stream is None:
+            raise ValueError("set dir (JSONL files) or redis_stream (or both)")
+        return self
 
 
 class ProteusConfig(BaseModel):
@@ -142,6 +169,7 @@ class ProteusConfig(BaseModel):
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     log_decisions: bool = True
+    decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     allow_direct_deployments: bool = Field(
         False,
         description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
@@ -180,6 +208,8 @@ class ProteusConfig(BaseModel):
         unknown = sorted(set(self.allow_raise) - set(self.tiers))
         if unknown:
             raise ValueError(f"allow_raise names unknown tiers {unknown}; allowed: {allowed}")
+        if self.decision_log is not None and self.decision_log.redis_stream and self.redis is None:
+            raise ValueError("decision_log.redis_stream needs routing_strategy_args.redis (where the stream lives)")
         return self
 
     def may_raise(self, tier: str) -> bool:

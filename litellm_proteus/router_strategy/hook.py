@@ -11,7 +11,10 @@ it:
   group's, or a fallback's;
 - drops a client-sent ``metadata.proteus`` (only the router may write the decision there) on every
   request, and client-sent retry breadcrumbs (``previous_models``) on those PROTEUS may route;
-- adds the decision headers to the response (``async_post_call_response_headers_hook``).
+- adds the decision headers to the response (``async_post_call_response_headers_hook``);
+- writes the outcome of each call PROTEUS routed to the decision log (success/failure events).
+
+Its import also adds ``POST /proteus/feedback`` to the proxy (``feedback_route.py``).
 
 LiteLLM detects hook overrides on the leaf class, so they are defined here directly.
 """
@@ -25,7 +28,9 @@ from litellm.proxy._types import ProxyException
 
 from ..request import METADATA_KEYS, RequestShapeError, TauError, check_shape, request_tau, short_repr
 from ..observability import DecisionRecord
+from .feedback_route import register_feedback_route
 from .patch import active_strategy
+from .serving_log import log_outcome
 from .strategy import DECISION_METADATA_KEY
 
 
@@ -89,5 +94,12 @@ class ProteusHook(CustomLogger):
         record = decision_from_request(data) if isinstance(data, dict) else None
         return record.headers() if record is not None else None
 
+    async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
+        log_outcome(active_strategy(), kwargs, response_obj, start_time, end_time, success=True)
+
+    async def async_log_failure_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
+        log_outcome(active_strategy(), kwargs, response_obj, start_time, end_time, success=False)
+
 
 proteus_hook = ProteusHook()
+register_feedback_route()

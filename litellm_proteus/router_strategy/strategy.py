@@ -40,6 +40,7 @@ from ..engine import DecisionEngine, DecisionRequest, exclude_failed, resolve_ta
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
 from ..observability import DecisionRecord, RateLimitedWarnings, log_decision, record_metrics, record_tier_error
 from ..tiers import TierStore, TierStoreError, hash_key
+from . import serving_log
 
 logger = logging.getLogger("litellm_proteus.router")
 DECISION_METADATA_KEY = "proteus"
@@ -117,6 +118,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self.batcher = shared_batcher(engine, config)
         self._groups = frozenset(config.groups)
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
+        # decision log writer and feedback desk (None without routing_strategy_args.decision_log)
+        self.decision_log, self.feedback_desk = serving_log.shared_decision_log(config) or (None, None)
 
     @property
     def router(self) -> Any:
@@ -300,7 +303,12 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         if self.config.log_decisions:
             log_decision(record)
         record_metrics(record)
+        serving_log.log_routed(self, request_kwargs, model, resolution, routed, scored, request.text)
         return chosen.deployment
+
+    def on_feedback(self, decision_record: dict, score: float) -> None:
+        """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
+        serving_log.on_feedback(self, decision_record, score)
 
     # -- tiers ----------------------------------------------------------------------------------
     async def _tier(self, request: ProteusRequest) -> TierChoice | None:

@@ -76,7 +76,8 @@ def proxy_config(artifact: Path, redis_url: str, model_list=None) -> dict:
 
 
 class Proxy:
-    def __init__(self, workdir: Path, config: dict, keys: dict = KEYS):
+    def __init__(self, workdir: Path, config: dict, keys: dict = KEYS, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.workdir = workdir
         self.master_key = "sk-" + secrets.token_hex(16)
         self.port = free_port()
@@ -93,10 +94,11 @@ class Proxy:
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [LITELLM, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(self.port)],
+            [LITELLM, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(self.port), *extra_args],
             cwd=workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 

@@ -1,0 +1,124 @@
+"""Prometheus gauges of live compliance, per controller state key (``tier:<name>`` or ``tau:<bucket>``).
+
+- ``proteus_predicted_accuracy{state_key}``: mean calibrated p of the chosen deployments over the
+  window (label-free);
+- ``proteus_realised_accuracy{state_key}``: mean feedback score over the window's labelled
+  decisions, with ``proteus_realised_labels{state_key}`` labels behind it;
+- ``proteus_delta{state_key}`` and ``proteus_infeasible{state_key}`` (0/1): the compliance
+  controller's tau offset and infeasible flag;
+- ``proteus_decision_log_dropped_total``: records the decision log's full queue dropped.
+
+With a compliance controller on the strategy (``strategy.controller``), every gauge is read from its
+``snapshot(state_key)`` (state shared through Redis).  Without one, this process keeps the last
+``WINDOW`` decisions and ``WINDOW`` labels per state key, and delta / infeasible stay 0.  Decisions
+refresh a state key's gauges at most every ``EXPORT_EVERY_S``; feedback refreshes them at once.  Under
+several proxy workers (LiteLLM's ``PROMETHEUS_MULTIPROC_DIR``), a gauge shows the value its live
+workers set most recently (``multiprocess_mode="livemostrecent"``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+WINDOW = 1000
+EXPORT_EVERY_S = 1.0  # per state key, on the request path: a controller snapshot may read Redis
+
+
+class _Window:
+    def __init__(self) -> None:
+        self.p: deque[float] = deque(maxlen=WINDOW)
+        self.labels: deque[float] = deque(maxlen=WINDOW)
+
+
+_windows: dict[str, _Window] = {}
+_exported: dict[str, float] = {}
+_lock = threading.Lock()
+
+
+class _Gauges:
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge
+
+        def gauge(name: str, text: str) -> Any:
+            return Gauge(name, text, ["state_key"], multiprocess_mode="livemostrecent")
+
+        self.predicted = gauge("proteus_predicted_accuracy", "mean calibrated p of chosen deployments over the window")
+        self.realised = gauge("proteus_realised_accuracy", "mean feedback score over the window's labelled decisions")
+        self.labels = gauge("proteus_realised_labels", "feedback labels behind proteus_realised_accuracy")
+        self.delta = gauge("proteus_delta", "compliance controller tau offset")
+        self.infeasible = gauge("proteus_infeasible", "1 when the tier's tau cannot be reached on the current window")
+        self.dropped = Counter("proteus_decision_log_dropped", "decision log records dropped (writer queue full)")
+
+
+_gauges: _Gauges | None = None
+
+
+def gauges() -> _Gauges | None:
+    global _gauges
+    if _gauges is None:
+        try:
+            _gauges = _Gauges()
+        except (ImportError, ValueError):  # no prometheus_client, or already registered (module reload)
+            return None
+    return _gauges
+
+
+def _window(state_key: str) -> _Window:
+    with _lock:
+        return _windows.setdefault(state_key, _Window())
+
+
+def local_snapshot(state_key: str) -> dict[str, Any]:
+    window = _window(state_key)
+    with _lock:
+        p, labels = list(window.p), list(window.labels)
+    return {
+        "n": len(p),
+        "p_mean": sum(p) / len(p) if p else None,
+        "n_labels": len(labels),
+        "realised_mean": sum(labels) / len(labels) if labels else None,
+        "delta": 0.0,
+        "infeasible": False,
+    }
+
+
+def record_decision(state_key: str, p_chosen: float) -> None:
+    window = _window(state_key)
+    with _lock:
+        window.p.append(p_chosen)
+
+
+def record_feedback(state_key: str, score: float) -> None:
+    window = _window(state_key)
+    with _lock:
+        window.labels.append(score)
+
+
+def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict[str, Any] | None:
+    """Set the gauges of ``state_key`` from the controller's snapshot, else this process's window;
+    with ``every_s``, at most that often per state key (None when skipped)."""
+    now = time.monotonic()
+    with _lock:
+        if every_s and now - _exported.get(state_key, -every_s) < every_s:
+            return None
+        _exported[state_key] = now
+    snapshot = controller.snapshot(state_key) if controller is not None else local_snapshot(state_key)
+    g = gauges()
+    if g is not None:
+        if snapshot.get("p_mean") is not None:
+            g.predicted.labels(state_key).set(float(snapshot["p_mean"]))
+        if snapshot.get("realised_mean") is not None:
+            g.realised.labels(state_key).set(float(snapshot["realised_mean"]))
+        g.labels.labels(state_key).set(float(snapshot.get("n_labels") or 0))
+        g.delta.labels(state_key).set(float(snapshot.get("delta") or 0.0))
+        g.infeasible.labels(state_key).set(1.0 if snapshot.get("infeasible") else 0.0)
+    return snapshot
+
+
+def record_log_drop() -> None:
+    g = gauges()
+    if g is not None:
+        g.dropped.inc()

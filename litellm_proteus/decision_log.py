@@ -1,0 +1,357 @@
+"""The decision log: every routed request, its outcome and its feedback, as versioned JSON records.
+
+Writing never blocks a request: records go into a bounded queue that one writer thread drains into
+rotating JSONL files (``DIR/decisions-<UTC yyyymmddTHHMMSS>-<pid>-<n>.jsonl``, one per process at
+a time, so workers never share a file) and, optionally, a Redis stream (``XADD ... MAXLEN ~``).  A
+full queue drops the record and counts it (``proteus_decision_log_dropped_total``).  With Redis
+configured, the writer also keeps each decision under ``<redis_key_prefix><call_id>`` for
+``feedback_max_age_s``, so a worker that did not route a request can still accept its feedback.
+Redis trouble never reaches the files: after a failed Redis write the writer skips Redis for
+``redis.retry_after_s`` and counts what it skipped.
+
+Records (schema 1; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
+``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Readers skip lines that do not
+parse (a process killed mid-write leaves at most its last line half-written).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .compliance_metrics import record_log_drop
+from .config import DecisionLogSettings, RedisSettings
+from .observability import RateLimitedWarnings
+
+logger = logging.getLogger("litellm_proteus.decision_log")
+SCHEMA = 1
+FILE_PREFIX = "decisions-"
+FILE_SUFFIX = ".jsonl"
+RECORD_TYPES = ("decision", "outcome", "feedback")
+_STOP = object()
+
+
+# -- records -------------------------------------------------------------------------------------
+def prompt_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class LoggedCandidate:
+    deployment_id: str
+    slot: int
+    model: str  # the trained slot's name
+    cost_usd: float
+    p: float  # calibrated predicted correctness
+
+
+def decision_record(
+    *,
+    call_id: str,
+    key_hash: str | None,
+    tier: str,
+    tau_source: str,
+    state_key: str,
+    tau: float,
+    tau_requested: float | None,
+    tau_effective: float,
+    delta: float,
+    mu: float,
+    model_group: str,
+    candidates: Sequence[LoggedCandidate],
+    chosen: int,
+    propensity: float,
+    prompt: str,
+    artifact: str,
+    log_prompt: bool,
+    ts: float | None = None,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "type": "decision",
+        "call_id": call_id,
+        "ts": time.time() if ts is None else ts,
+        "key_hash": key_hash,
+        "tier": tier,
+        "tau_source": tau_source,
+        "state_key": state_key,
+        "tau": tau,
+        "tau_requested": tau_requested,
+        "tau_effective": tau_effective,
+        "delta": delta,
+        "mu": mu,
+        "model_group": model_group,
+        "candidates": [c.__dict__ for c in candidates],
+        "chosen": chosen,
+        "propensity": propensity,
+        "prompt_sha256": prompt_sha256(prompt),
+        "artifact": artifact,
+    }
+    if log_prompt:
+        record["prompt"] = prompt
+    return record
+
+
+def outcome_record(
+    *,
+    call_id: str,
+    success: bool,
+    response_cost: float | None,
+    latency_ms: float | None,
+    error: str | None,
+    response: str | None = None,
+    ts: float | None = None,
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "type": "outcome",
+        "call_id": call_id,
+        "ts": time.time() if ts is None else ts,
+        "success": success,
+        "response_cost": response_cost,
+        "latency_ms": latency_ms,
+        "error": error,
+    }
+    if response is not None:
+        record["response"] = response
+    return record
+
+
+def feedback_record(call_id: str, score: float, source: str, ts: float | None = None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "type": "feedback",
+        "call_id": call_id,
+        "ts": time.time() if ts is None else ts,
+        "score": score,
+        "source": source,
+    }
+
+
+def chosen_p(decision: Mapping[str, Any]) -> float:
+    """The calibrated p of the chosen candidate of a decision record."""
+    return float(decision["candidates"][decision["chosen"]]["p"])
+
+
+# -- writing -------------------------------------------------------------------------------------
+def log_file_name(pid: int, n: int, now: float | None = None) -> str:
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{FILE_PREFIX}{stamp}-{pid}-{n}{FILE_SUFFIX}"
+
+
+class RotatingJsonl:
+    """This process's JSONL files in ``directory``: a new file past ``max_bytes``; at most
+    ``max_files`` of them (the oldest deleted).  Other processes' files are never touched."""
+
+    def __init__(self, directory: str | Path, max_bytes: int, max_files: int):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_bytes, self.max_files = max_bytes, max_files
+        self.files: list[Path] = []
+        self._opened = 0  # numbers this process's files: unique even within one second
+        self._handle: Any = None
+        self._size = 0
+
+    def _open_next(self) -> None:
+        self.close()
+        path = self.directory / log_file_name(os.getpid(), self._opened)
+        self._opened += 1
+        self._handle = open(path, "a", encoding="utf-8")
+        self._size = path.stat().st_size
+        self.files.append(path)
+        while len(self.files) > self.max_files:
+            self.files.pop(0).unlink(missing_ok=True)
+
+    def write(self, line: str) -> None:
+        size = len(line.encode("utf-8"))
+        if self._handle is None or (self._size and self._size + size > self.max_bytes):
+            self._open_next()
+        self._handle.write(line)
+        self._size += size
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class DecisionLogWriter:
+    """Bounded queue + one writer thread (``submit`` never blocks).  ``redis_client`` is a sync
+    ``redis.Redis`` (or None); the decision index and the stream are written through it."""
+
+    def __init__(self, settings: DecisionLogSettings, redis_client: Any = None, retry_after_s: float = 1.0):
+        self.settings = settings
+        self.files = RotatingJsonl(settings.dir, settings.max_bytes, settings.max_files) if settings.dir else None
+        self.redis = redis_client
+        self.retry_after_s = retry_after_s
+        self.dropped = 0
+        self.redis_skipped = 0
+        self._redis_down_until = 0.0
+        self._warnings = RateLimitedWarnings(logger, 30.0)
+        self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
+        self._thread = threading.Thread(target=self._run, name="proteus-decision-log", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)  # a worker stopping normally writes what is queued
+
+    def submit(self, record: dict[str, Any]) -> bool:
+        """Queue a record; False (and counted) when the queue is full."""
+        try:
+            self._queue.put_nowait(record)
+            return True
+        except queue.Full:
+            self.dropped += 1
+            record_log_drop()
+            self._warnings.warn("full", "PROTEUS decision log: queue full (%d), records dropped", self.settings.queue_size)
+            return False
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued so far is written (for tests and shutdown)."""
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
+        return done.wait(timeout)
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._thread.is_alive():
+            try:
+                self._queue.put(_STOP, timeout=timeout)
+            except queue.Full:
+                return
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while len(batch) < 512:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            records = [r for r in batch if isinstance(r, dict)]
+            try:
+                self._write(records)
+            except Exception as exc:  # a full disk must not kill the thread: later records may fit
+                self._warnings.warn("write", "PROTEUS decision log: cannot write %d records: %s", len(records), exc)
+            for item in batch:
+                if isinstance(item, threading.Event):
+                    item.set()
+            if any(item is _STOP for item in batch):
+                if self.files is not None:
+                    self.files.close()
+                return
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        if self.files is not None:
+            for record in records:
+                self.files.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self.files.flush()
+        if self.redis is not None:
+            self._write_redis(records)
+
+    def _write_redis(self, records: list[dict[str, Any]]) -> None:
+        if time.monotonic() < self._redis_down_until:
+            self.redis_skipped += len(records)
+            return
+        settings = self.settings
+        ttl = max(1, int(settings.feedback_max_age_s))
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for record in records:
+                line = json.dumps(record, separators=(",", ":"))
+                if settings.redis_stream:
+                    pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
+                if settings.redis_index and record["type"] == "decision":
+                    pipe.set(settings.redis_key_prefix + record["call_id"], line, ex=ttl)
+            pipe.execute()
+        except Exception as exc:  # redis.RedisError, OSError: the files still have every record
+            self.redis_skipped += len(records)
+            self._redis_down_until = time.monotonic() + self.retry_after_s
+            self._warnings.warn("redis", "PROTEUS decision log: Redis write failed (files unaffected): %s", exc)
+
+
+def redis_client(settings: RedisSettings) -> Any:
+    import redis
+
+    timeout = settings.timeout_ms / 1000.0
+    return redis.Redis.from_url(
+        settings.connection_url(), socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True
+    )
+
+
+# -- reading -------------------------------------------------------------------------------------
+def log_files(directory: str | Path) -> list[Path]:
+    """The log's files in time order (their names start with the UTC time they were opened)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise OSError(f"decision log directory {directory} does not exist")
+    return sorted(directory.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"), key=_file_order)
+
+
+def _file_order(path: Path) -> tuple:
+    """(UTC stamp, pid, n) with pid and n as numbers: ``-10`` comes after ``-9``."""
+    parts = path.name[len(FILE_PREFIX) : -len(FILE_SUFFIX)].split("-")
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return (parts[0], int(parts[1]), int(parts[2]))
+    return (parts[0], -1, -1)
+
+
+def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
+    """Every well-formed record of every file, file by file; lines that do not parse as a schema-1
+    record (a half-written last line) are skipped."""
+    for path in log_files(directory):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("schema") == SCHEMA and record.get("type") in RECORD_TYPES:
+                    yield record
+
+
+@dataclass
+class LoggedDecision:
+    decision: dict[str, Any]
+    outcome: dict[str, Any] | None = None
+    feedback: float | None = None  # the latest feedback score
+
+    @property
+    def call_id(self) -> str:
+        return self.decision["call_id"]
+
+
+def join_log(directory: str | Path) -> list[LoggedDecision]:
+    """Each call's latest decision (a retry decides again) with its latest outcome and feedback, in
+    decision time order.  Outcomes and feedback without a decision are left out."""
+    decisions: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, dict[str, Any]] = {}
+    feedback: dict[str, dict[str, Any]] = {}
+    for record in iter_records(directory):
+        table = {"decision": decisions, "outcome": outcomes, "feedback": feedback}[record["type"]]
+        previous = table.get(record["call_id"])
+        if previous is None or float(record["ts"]) >= float(previous["ts"]):
+            table[record["call_id"]] = record
+    joined = [
+        LoggedDecision(d, outcomes.get(call_id), feedback[call_id]["score"] if call_id in feedback else None)
+        for call_id, d in decisions.items()
+    ]
+    return sorted(joined, key=lambda row: float(row.decision["ts"]))

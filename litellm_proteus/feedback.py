@@ -1,0 +1,231 @@
+"""Feedback: an outcome score in [0, 1] for one routed request, keyed by its ``litellm_call_id``.
+
+Three ways in, one set of rules (``FeedbackDesk.accept``):
+
+- ``send_feedback(call_id, score)`` in Python: through the proxy (``url=``), into a log directory
+  (``log_dir=``), or, inside the proxy process, straight to the live strategy;
+- ``proteus feedback CALL_ID SCORE --url PROXY | --log DIR`` (``feedback_cli.py``);
+- ``POST /proteus/feedback`` on the proxy (``router_strategy/feedback_route.py``).
+
+A score that is not a number in [0, 1] (400), an unknown call id (404), a second score for the same
+call (409) and a score for a decision older than ``decision_log.feedback_max_age_s`` (410) are
+refused with ``FeedbackError`` and change nothing.  Accepted feedback is appended to the decision
+log and handed to the strategy's ``on_feedback(decision_record, score)``.
+
+Where a decision is found: this process's bounded in-memory index (``decision_log.index_size``
+decisions), then, with ``routing_strategy_args.redis``, the key the decision-log writer stores it
+under (``<redis_key_prefix><call_id>``, kept ``feedback_max_age_s``), so any worker of any proxy
+instance can accept it.  Duplicates are refused across processes with one atomic ``SET NX`` per call
+id; without Redis, per process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from .config import DecisionLogSettings
+from .decision_log import feedback_record, iter_records, log_file_name
+
+FEEDBACK_ROUTE = "/proteus/feedback"
+FEEDBACK_SOURCES_MAX_LEN = 64
+
+
+class FeedbackError(ValueError):
+    """A refused feedback; ``status`` is the HTTP status the proxy answers with."""
+
+    def __init__(self, message: str, status: int, param: str | None = None):
+        super().__init__(message)
+        self.status, self.param = status, param
+
+
+def parse_score(score: Any) -> float:
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) or not 0 <= score <= 1:
+        raise FeedbackError(f"score must be a number in [0, 1]; got {score!r}", 400, "score")
+    return float(score)
+
+
+def parse_call_id(call_id: Any) -> str:
+    if not isinstance(call_id, str) or not call_id or len(call_id) > 256:
+        raise FeedbackError(
+            f"call_id must be the request's litellm_call_id (the x-litellm-call-id response header); got {call_id!r}",
+            400,
+            "call_id",
+        )
+    return call_id
+
+
+def parse_source(source: Any) -> str:
+    if not isinstance(source, str) or not source or len(source) > FEEDBACK_SOURCES_MAX_LEN:
+        raise FeedbackError(f"source must be a short non-empty string (e.g. 'api', 'judge'); got {source!r}", 400, "source")
+    return source
+
+
+class FeedbackDesk:
+    """Decisions this process routed (bounded), duplicate and age checks, and the hand-off to the log.
+
+    ``redis`` is a sync ``redis.Redis`` or None; ``append`` queues a record in the decision log and
+    says whether it was taken."""
+
+    def __init__(self, settings: DecisionLogSettings, append: Any, redis: Any = None):
+        self.settings = settings
+        self.append = append
+        self.redis = redis
+        self._decisions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._scored: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, decision: dict[str, Any]) -> None:
+        with self._lock:
+            self._decisions[decision["call_id"]] = decision
+            self._decisions.move_to_end(decision["call_id"])
+            while len(self._decisions) > self.settings.index_size:
+                self._decisions.popitem(last=False)
+
+    def lookup(self, call_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            decision = self._decisions.get(call_id)
+        if decision is not None or self.redis is None or not self.settings.redis_index:
+            return decision
+        try:
+            line = self.redis.get(self.settings.redis_key_prefix + call_id)
+        except Exception as exc:  # Redis down: only this process's decisions can be found
+            raise FeedbackError(f"decision index unavailable (Redis: {exc}); retry later", 503) from exc
+        return json.loads(line) if line else None
+
+    def accept(self, call_id: Any, score: Any, source: Any = "api", now: float | None = None) -> dict[str, Any]:
+        """Validate, record and return the decision the score is for; FeedbackError otherwise."""
+        score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
+        decision = self.lookup(call_id)
+        if decision is None:
+            raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it (or older than the index keeps)", 404, "call_id")
+        now = time.time() if now is None else now
+        age = now - float(decision["ts"])
+        if age > self.settings.feedback_max_age_s:
+            raise FeedbackError(
+                f"feedback for {call_id!r} is late: its decision is {age:.0f}s old, "
+                f"decision_log.feedback_max_age_s is {self.settings.feedback_max_age_s:g}",
+                410,
+                "call_id",
+            )
+        self._claim(call_id)
+        if not self.append(feedback_record(call_id, score, source, ts=now)):
+            self._release(call_id)
+            raise FeedbackError("decision log queue is full; retry later", 503)
+        return decision
+
+    def _claim(self, call_id: str) -> None:
+        duplicate = FeedbackError(f"call_id {call_id!r} already has feedback", 409, "call_id")
+        with self._lock:
+            if call_id in self._scored:
+                raise duplicate
+            self._scored[call_id] = None
+            while len(self._scored) > self.settings.index_size:
+                self._scored.popitem(last=False)
+        if self.redis is None:
+            return
+        try:
+            fresh = self.redis.set(self._claim_key(call_id), "1", nx=True, ex=max(1, int(self.settings.feedback_max_age_s)))
+        except Exception:  # Redis down: this process's check above is what there is
+            return
+        if not fresh:
+            raise duplicate
+
+    def _release(self, call_id: str) -> None:
+        with self._lock:
+            self._scored.pop(call_id, None)
+        if self.redis is not None:
+            try:
+                self.redis.delete(self._claim_key(call_id))
+            except Exception:
+                pass
+
+    def _claim_key(self, call_id: str) -> str:
+        return f"{self.settings.redis_key_prefix}{call_id}:feedback"
+
+
+def submit_to_strategy(strategy: Any, call_id: Any, score: Any, source: Any) -> dict[str, Any]:
+    """Accept feedback in the proxy process and hand it to the strategy's ``on_feedback``."""
+    desk = getattr(strategy, "feedback_desk", None)
+    if desk is None:
+        raise FeedbackError("feedback needs routing_strategy_args.decision_log in the proxy config", 404)
+    decision = desk.accept(call_id, score, source)
+    strategy.on_feedback(decision, float(score))
+    return decision
+
+
+def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: str, max_age_s: float | None = None) -> dict[str, Any]:
+    """Offline feedback: the decision must be in the log at ``directory``; the feedback record goes
+    into a file of its own there (the proxy's controller does not see it: use ``url`` for that)."""
+    score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
+    decision = None
+    for record in iter_records(directory):
+        if record["call_id"] != call_id:
+            continue
+        if record["type"] == "decision":
+            decision = record
+        elif record["type"] == "feedback":
+            raise FeedbackError(f"call_id {call_id!r} already has feedback in {directory}", 409, "call_id")
+    if decision is None:
+        raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it in {directory}", 404, "call_id")
+    now = time.time()
+    if max_age_s is not None and now - float(decision["ts"]) > max_age_s:
+        raise FeedbackError(f"feedback for {call_id!r} is late: its decision is older than {max_age_s:g}s", 410, "call_id")
+    path = Path(directory) / log_file_name(os.getpid(), 0, now)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(feedback_record(call_id, score, source, ts=now), separators=(",", ":")) + "\n")
+    return decision
+
+
+def send_feedback(
+    call_id: str,
+    score: float,
+    *,
+    url: str | None = None,
+    api_key: str | None = None,
+    log_dir: str | Path | None = None,
+    source: str = "python",
+    timeout_s: float = 10.0,
+) -> dict[str, Any]:
+    """Record ``score`` for the request ``call_id``.
+
+    - ``url``: POST it to a proxy's ``/proteus/feedback`` with ``api_key`` (reaches the controller);
+    - ``log_dir``: append it to a decision log folder (offline; checks the same rules);
+    - neither: inside the proxy process, hand it to the live strategy.
+
+    Returns the proxy's JSON answer (``url``) or the decision record; raises FeedbackError."""
+    if url is not None:
+        import httpx
+
+        response = httpx.post(
+            url.rstrip("/") + FEEDBACK_ROUTE,
+            json={"call_id": call_id, "score": score, "source": source},
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+            timeout=timeout_s,
+        )
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"error": {"message": response.text}}
+        if response.status_code != 200:
+            error = body.get("error") if isinstance(body, dict) else None
+            message = error.get("message") if isinstance(error, dict) else (body.get("detail") if isinstance(body, dict) else None)
+            raise FeedbackError(f"proxy refused the feedback (HTTP {response.status_code}): {message or body}", response.status_code)
+        return body
+    if log_dir is not None:
+        return append_to_log_dir(log_dir, call_id, score, source)
+    from .router_strategy.patch import active_strategy
+
+    strategy = active_strategy()
+    if strategy is None:
+        raise FeedbackError("no PROTEUS strategy runs in this process: pass url= (a proxy) or log_dir=", 404)
+    return submit_to_strategy(strategy, call_id, score, source)
+
+
+__all__ = ["FEEDBACK_ROUTE", "FeedbackDesk", "FeedbackError", "send_feedback", "submit_to_strategy"]

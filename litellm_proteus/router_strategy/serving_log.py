@@ -1,0 +1,159 @@
+"""What the strategy and the proxy hook write to the decision log, and the per-process writer.
+
+- ``log_routed``: after a PROTEUS pick, the ``decision`` record (queued; the in-memory feedback
+  index and the compliance gauges learn it at once);
+- ``log_outcome``: from LiteLLM's success/failure callbacks, the ``outcome`` record of a call
+  PROTEUS routed (``response_cost``, latency, error).
+
+One writer (thread, files, Redis) per process and decision-log configuration, shared by the
+strategies of rebuilt routers, as the predictors and batchers are.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, Sequence
+
+from .. import compliance_metrics
+from ..config import ProteusConfig
+from ..decision_log import (
+    DecisionLogWriter,
+    LoggedCandidate,
+    decision_record,
+    outcome_record,
+    redis_client,
+)
+from ..engine import METADATA_KEYS, Routed, ScoredDeployment, TauResolution, deployment_id
+from ..feedback import FeedbackDesk
+
+_logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
+_lock = threading.Lock()
+
+
+def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, FeedbackDesk] | None:
+    """The writer and feedback desk for ``config.decision_log`` (None when it is not configured)."""
+    settings = config.decision_log
+    if settings is None:
+        return None
+    redis_url = config.redis.connection_url() if config.redis is not None else None
+    key = f"{settings.model_dump_json()}|{redis_url}"
+    with _lock:
+        if key not in _logs:
+            client = redis_client(config.redis) if config.redis is not None else None
+            retry = config.redis.retry_after_s if config.redis is not None else 1.0
+            writer = DecisionLogWriter(settings, client, retry_after_s=retry)
+            _logs[key] = (writer, FeedbackDesk(settings, writer.submit, client))
+        return _logs[key]
+
+
+def state_key_of(decision: Any, tier: str) -> str:
+    """The controller's state key when the decision carries one, else the tier's."""
+    return getattr(decision, "state_key", None) or f"tier:{tier}"
+
+
+def log_routed(
+    strategy: Any,
+    request_kwargs: dict,
+    model_group: str,
+    resolution: TauResolution,
+    routed: Routed,
+    scored: Sequence[ScoredDeployment],
+    text: str,
+) -> None:
+    """Record one PROTEUS decision: decision log (when configured) and compliance gauges."""
+    decision = routed.decision
+    state_key = state_key_of(decision, resolution.tier)
+    p = [float(x) for x in decision.p]
+    compliance_metrics.record_decision(state_key, p[decision.index])
+    compliance_metrics.export(state_key, getattr(strategy, "controller", None), compliance_metrics.EXPORT_EVERY_S)
+    if strategy.decision_log is None:
+        return
+    # The proxy sets litellm_call_id before routing (retries share it); a Router SDK call without
+    # one gets an id here, which LiteLLM then uses for that attempt.
+    if not request_kwargs.get("litellm_call_id"):
+        request_kwargs["litellm_call_id"] = str(uuid.uuid4())
+    metadatas = [m for m in (request_kwargs.get(k) for k in METADATA_KEYS) if isinstance(m, dict)]
+    key_hash = next((m["user_api_key_hash"] for m in metadatas if isinstance(m.get("user_api_key_hash"), str)), None)
+    slots = strategy.engine.slots
+    record = decision_record(
+        call_id=str(request_kwargs["litellm_call_id"]),
+        key_hash=key_hash,
+        tier=resolution.tier,
+        tau_source=resolution.source,
+        state_key=state_key,
+        tau=resolution.tau,
+        tau_requested=resolution.requested,
+        tau_effective=float(decision.tau_effective),
+        delta=float(getattr(decision, "delta", 0.0) or 0.0),
+        mu=float(decision.mu),
+        model_group=model_group,
+        candidates=[
+            LoggedCandidate(deployment_id(c.deployment), c.slot, slots[c.slot], float(cost), p_i)
+            for c, cost, p_i in zip(scored, routed.costs_usd, p)
+        ],
+        chosen=decision.index,
+        propensity=float(getattr(decision, "propensity", 1.0)),
+        prompt=text,
+        artifact=strategy.engine.manifest.weights_sha256,
+        log_prompt=strategy.config.decision_log.log_prompts,
+    )
+    strategy.feedback_desk.remember(record)
+    strategy.decision_log.submit(record)
+
+
+def on_feedback(strategy: Any, decision: dict, score: float) -> None:
+    """Feedback for one logged decision: the compliance gauges (and, when merged, the controller)."""
+    compliance_metrics.record_feedback(decision["state_key"], score)
+    compliance_metrics.export(decision["state_key"], getattr(strategy, "controller", None))
+
+
+def _decision_metadata(kwargs: dict) -> dict | None:
+    from .strategy import DECISION_METADATA_KEY
+
+    params = kwargs.get("litellm_params") or {}
+    for holder in (params, kwargs):
+        for key in METADATA_KEYS:
+            metadata = holder.get(key)
+            if isinstance(metadata, dict) and isinstance(metadata.get(DECISION_METADATA_KEY), dict):
+                return metadata[DECISION_METADATA_KEY]
+    return None
+
+
+def _response_text(response: Any) -> str | None:
+    try:
+        choice = response.choices[0]
+        message = getattr(choice, "message", None)
+        text = message.content if message is not None else getattr(choice, "text", None)
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return text if isinstance(text, str) else None
+
+
+def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end_time: Any, success: bool) -> None:
+    """The outcome record of a call PROTEUS routed (others have no decision metadata)."""
+    if strategy is None or strategy.decision_log is None or not isinstance(kwargs, dict):
+        return
+    call_id = kwargs.get("litellm_call_id")
+    if not call_id or _decision_metadata(kwargs) is None:
+        return
+    try:
+        latency_ms: float | None = (end_time - start_time).total_seconds() * 1000.0
+    except (TypeError, AttributeError):
+        latency_ms = None
+    cost = kwargs.get("response_cost")
+    error = None
+    if not success:
+        exception = kwargs.get("exception")
+        error = f"{type(exception).__name__}: {exception}"[:1000] if exception is not None else "unknown error"
+    settings = strategy.config.decision_log
+    strategy.decision_log.submit(
+        outcome_record(
+            call_id=str(call_id),
+            success=success,
+            response_cost=float(cost) if isinstance(cost, (int, float)) else None,
+            latency_ms=latency_ms,
+            error=error,
+            response=_response_text(response) if success and settings.log_responses else None,
+        )
+    )

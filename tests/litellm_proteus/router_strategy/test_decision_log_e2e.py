@@ -1,0 +1,164 @@
+"""The serving loop through a real ``litellm --config`` proxy with ``--num_workers 2`` and a real
+redis-server: every answered request lands in the decision log with its outcome, feedback over
+HTTP (authenticated) is logged and moves the realised-accuracy gauge, Redis dying fails nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+from litellm_proteus.cli import main as proteus_cli
+from litellm_proteus.decision_log import iter_records, join_log
+from litellm_proteus.feedback import FEEDBACK_ROUTE, FeedbackError, send_feedback
+
+from ..conftest import start_redis
+from .test_proxy_e2e import LITELLM, Proxy, proxy_config
+
+pytestmark = pytest.mark.e2e
+KEYS_BY_TIER = {"premium": "sk-alice", "economy": "sk-bob", "standard": "sk-dave"}
+TIER_TAU = {"premium": 0.9, "standard": 0.85, "economy": 0.7}  # proxy_config's tiers
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def logged_proxy(tmp_path_factory, steerable_artifact, redis_server):
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    workdir = tmp_path_factory.mktemp("logged-proxy")
+    config = proxy_config(steerable_artifact, redis_server.url)
+    config["router_settings"]["routing_strategy_args"]["decision_log"] = {
+        "dir": str(workdir / "log"),
+        "redis_stream": "proteus:decisions",
+        "log_responses": True,
+    }
+    proxy = Proxy(
+        workdir, config, extra_args=("--num_workers", "2", "--timeout_worker_healthcheck", "120"),  # torch loads slowly on a busy machine
+        env={"PROMETHEUS_MULTIPROC_DIR": str(workdir / "prometheus")},  # not the shared /tmp default
+    )
+    proxy.wait_ready()
+    yield proxy
+    proxy.stop()
+
+
+def log_dir(proxy: Proxy):
+    return proxy.workdir / "log"
+
+
+def wait_for_log(proxy: Proxy, call_ids: list[str], timeout_s: float = 30.0) -> dict:
+    """The joined rows of ``call_ids`` once each has its outcome (the writer thread is asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = {row.call_id: row for row in join_log(log_dir(proxy))} if log_dir(proxy).is_dir() else {}
+        if all(c in rows and rows[c].outcome is not None for c in call_ids) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
+
+
+def gauge(metrics: str, name: str, state_key: str) -> float | None:
+    match = re.search(rf'^{name}\{{[^}}]*state_key="{re.escape(state_key)}"[^}}]*\}} (\S+)$', metrics, re.M)
+    return float(match.group(1)) if match else None
+
+
+def metrics(proxy: Proxy) -> str:
+    return httpx.get(proxy.base + "/metrics/", timeout=30, follow_redirects=True).text
+
+
+def test_every_answered_request_is_in_the_log_with_its_outcome(logged_proxy):
+    answered = {}
+    for i in range(12):
+        tier = list(KEYS_BY_TIER)[i % 3]
+        response = logged_proxy.chat(KEYS_BY_TIER[tier])
+        assert response.status_code == 200
+        answered[response.headers["x-litellm-call-id"]] = (tier, response)
+    rows = wait_for_log(logged_proxy, list(answered))
+    for call_id, (tier, response) in answered.items():
+        row = rows[call_id]
+        decision = row.decision
+        assert decision["schema"] == 1 and decision["tier"] == tier and decision["state_key"] == f"tier:{tier}"
+        assert decision["tau"] == TIER_TAU[tier] and decision["tau_requested"] is None
+        assert decision["candidates"][decision["chosen"]]["model"] == response.headers["x-proteus-model"]
+        assert decision["propensity"] == 1.0 and "prompt" not in decision and len(decision["prompt_sha256"]) == 64
+        assert row.outcome["success"] is True and row.outcome["response_cost"] > 0 and row.outcome["latency_ms"] >= 0
+        assert row.outcome["response"] == response.json()["choices"][0]["message"]["content"]
+    unmanaged = logged_proxy.chat("sk-dave", model="plain")  # not routed by PROTEUS: not logged
+    assert unmanaged.status_code == 200
+    assert unmanaged.headers["x-litellm-call-id"] not in wait_for_log(logged_proxy, [], 0)
+
+
+def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_realised_gauge(logged_proxy, monkeypatch):
+    monkeypatch.delenv("LITELLM_API_KEY", raising=False)
+    response = logged_proxy.chat("sk-alice")
+    call_id = response.headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [call_id])
+    url = logged_proxy.base + FEEDBACK_ROUTE
+
+    def post(body, key="sk-bob"):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.post(url, json=body, headers=headers, timeout=30)
+
+    assert post({"call_id": call_id, "score": 1.0}, key=None).status_code == 401
+    assert post({"call_id": call_id, "score": 1.0}, key="sk-unknown").status_code == 401
+    bad = post({"call_id": call_id, "score": 2})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "score"
+    assert post({"call_id": "no-such-call", "score": 1}).status_code == 404
+    assert post(["not", "an", "object"]).status_code == 400
+    before = gauge(metrics(logged_proxy), "proteus_realised_labels", "tier:premium") or 0.0
+    accepted = post({"call_id": call_id, "score": 0.25, "source": "judge"})
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json() == {"call_id": call_id, "state_key": "tier:premium", "score": 0.25}
+    for _ in range(4):  # whichever worker answers, the second score for this call is refused
+        assert post({"call_id": call_id, "score": 1.0}).status_code == 409
+    text = metrics(logged_proxy)
+    assert gauge(text, "proteus_realised_labels", "tier:premium") == before + 1
+    assert gauge(text, "proteus_realised_accuracy", "tier:premium") is not None
+    assert gauge(text, "proteus_predicted_accuracy", "tier:premium") is not None
+    assert gauge(text, "proteus_delta", "tier:premium") == 0.0
+    assert gauge(text, "proteus_infeasible", "tier:premium") == 0.0
+
+    second = logged_proxy.chat("sk-bob").headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [second])
+    assert send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")["state_key"] == "tier:economy"
+    with pytest.raises(FeedbackError, match="HTTP 409"):
+        send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")
+    third = logged_proxy.chat("sk-dave").headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [third])
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base, "--api-key", "sk-dave"]) == 0
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base, "--api-key", "sk-dave"]) == 2  # duplicate
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base]) == 2  # no key: 401
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = {row.call_id: row for row in join_log(log_dir(logged_proxy))}
+        if all(rows[c].feedback is not None for c in (call_id, second, third)):
+            break
+        time.sleep(0.2)
+    assert (rows[call_id].feedback, rows[second].feedback, rows[third].feedback) == (0.25, 1.0, 0.0)
+    sources = [r["source"] for r in iter_records(log_dir(logged_proxy)) if r["type"] == "feedback"]
+    assert sorted(sources) == ["cli", "judge", "python"]
+
+
+def test_the_compliance_report_reads_the_proxys_log(logged_proxy, tmp_path, capsys):
+    assert proteus_cli(["compliance", "--log", str(log_dir(logged_proxy)), "--png", str(tmp_path / "c.png")]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^premium\s+\d+", out, re.M) and re.search(r"^economy\s+\d+", out, re.M)
+    assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(logged_proxy, redis_server):
+    redis_server.stop()
+    call_ids = []
+    for i in range(8):
+        response = logged_proxy.chat(list(KEYS_BY_TIER.values())[i % 3])
+        assert response.status_code == 200
+        call_ids.append(response.headers["x-litellm-call-id"])
+    rows = wait_for_log(logged_proxy, call_ids)
+    assert all(rows[c].outcome is not None and rows[c].outcome["success"] for c in call_ids)

@@ -1,0 +1,78 @@
+"""The decision log written by the strategy and the hook around LiteLLM's in-process ``Router``
+(upstream HTTP mocked by respx): decisions, outcomes of a retried call, in-process feedback."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import litellm
+import pytest
+from prometheus_client import REGISTRY
+
+from litellm_proteus.decision_log import iter_records, join_log
+from litellm_proteus.feedback import FeedbackError, send_feedback
+from litellm_proteus.router_strategy import proteus_hook
+
+from .test_strategy import HOSTS, QUESTION, model_list, upstream  # noqa: F401  (fixture)
+
+
+@pytest.fixture(autouse=True)
+def hook_and_transport(monkeypatch):
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
+    monkeypatch.setattr(litellm, "callbacks", [proteus_hook])
+
+
+def wait_for(condition, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_retried_call_logs_its_decisions_and_outcomes_and_takes_feedback(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    args = {"artifact": str(steerable_artifact), "tiers": {"premium": 0.9, "standard": 0.85, "economy": 0.7},
+            "decision_log": {"dir": str(directory), "log_prompts": True}}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args,
+                            num_retries=2, disable_cooldowns=True)
+    upstream["gpt-4-1106-preview"].mock(return_value=httpx.Response(500, json={"error": {"message": "down"}}))
+    call_id = "call-retried"  # as the proxy does; without one, each attempt gets an id of its own
+    records = lambda: [r for r in iter_records(directory) if r["call_id"] == call_id]  # noqa: E731
+    succeeded = lambda: any(r["type"] == "outcome" and r["success"] for r in records())  # noqa: E731
+
+    async def ask():
+        response = await router.acompletion(
+            model="proteus-auto", messages=QUESTION, metadata={"tau": 0.85}, litellm_call_id=call_id
+        )
+        for _ in range(200):  # LiteLLM runs success callbacks as tasks of this loop
+            if succeeded():
+                break
+            await asyncio.sleep(0.05)
+        return response
+
+    response = asyncio.run(ask())
+    assert response.choices[0].message.content != "gpt-4-1106-preview"  # the retry went elsewhere
+    assert succeeded()
+    kinds = [(r["type"], r.get("success")) for r in records()]
+    assert kinds.count(("decision", None)) == 2  # the first pick, then the retry's
+    assert ("outcome", False) in kinds and ("outcome", True) in kinds
+    [row] = [r for r in join_log(directory) if r.call_id == call_id]
+    chosen = row.decision["candidates"][row.decision["chosen"]]
+    assert chosen["model"] == response.choices[0].message.content and row.outcome["success"] is True
+    assert row.decision["prompt"] == "What is the capital of France?" and row.decision["tau_requested"] == row.decision["tau"] == 0.85
+    assert {c["model"] for c in row.decision["candidates"]} == set(HOSTS) - {"gpt-4-1106-preview"}
+    assert all(0 <= c["p"] <= 1 and c["cost_usd"] > 0 for c in row.decision["candidates"])
+
+    state_key = row.decision["state_key"]
+    assert state_key == "tier:standard"
+    labels = lambda: REGISTRY.get_sample_value("proteus_realised_labels", {"state_key": state_key}) or 0.0  # noqa: E731
+    before = labels()
+    assert send_feedback(call_id, 0.5)["call_id"] == call_id  # in-process: the live strategy
+    assert labels() == before + 1
+    assert REGISTRY.get_sample_value("proteus_predicted_accuracy", {"state_key": state_key}) is not None
+    with pytest.raises(FeedbackError, match="already has feedback"):
+        send_feedback(call_id, 1.0)
+    assert wait_for(lambda: any(r["type"] == "feedback" for r in records()))
+    assert [r["score"] for r in records() if r["type"] == "feedback"] == [0.5]

@@ -1,0 +1,103 @@
+"""Feedback validation (FeedbackDesk), across processes through Redis, offline into a log folder,
+and the ``proteus feedback`` command."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+
+from litellm_proteus.cli import main as proteus_cli
+from litellm_proteus.config import DecisionLogSettings, RedisSettings
+from litellm_proteus.decision_log import DecisionLogWriter, iter_records, redis_client
+from litellm_proteus.feedback import FeedbackDesk, FeedbackError, append_to_log_dir
+
+from .test_decision_log import make_decision
+
+
+@pytest.fixture
+def log(tmp_path):
+    settings = DecisionLogSettings(dir=str(tmp_path / "log"), feedback_max_age_s=3600)
+    writer = DecisionLogWriter(settings)
+    yield settings, writer
+    writer.close()
+
+
+def feedback_in(directory) -> list[dict]:
+    return [r for r in iter_records(directory) if r["type"] == "feedback"]
+
+
+def refused(desk: FeedbackDesk, *args, **kwargs) -> FeedbackError:
+    with pytest.raises(FeedbackError) as info:
+        desk.accept(*args, **kwargs)
+    return info.value
+
+
+def test_feedback_rules_and_nothing_written_on_refusal(log, tmp_path):
+    settings, writer = log
+    desk = FeedbackDesk(settings, writer.submit)
+    now = time.time()
+    desk.remember(make_decision("fresh", ts=now - 10))
+    desk.remember(make_decision("old", ts=now - 7200))
+    for bad in (-0.01, 1.5, math.nan, "0.5", True, None):
+        error = refused(desk, "fresh", bad)
+        assert (error.status, error.param) == (400, "score") and "[0, 1]" in str(error)
+    assert refused(desk, "nobody", 1.0).status == 404
+    assert refused(desk, "", 1.0).status == 400
+    late = refused(desk, "old", 1.0)
+    assert late.status == 410 and "feedback_max_age_s" in str(late)
+    decision = desk.accept("fresh", 0.75, "judge")
+    assert decision["call_id"] == "fresh" and decision["state_key"] == "tier:standard"
+    assert refused(desk, "fresh", 1.0).status == 409
+    writer.flush()
+    assert [(r["call_id"], r["score"], r["source"]) for r in feedback_in(tmp_path / "log")] == [("fresh", 0.75, "judge")]
+
+
+def test_any_worker_finds_a_decision_through_redis_and_duplicates_are_refused_across_workers(tmp_path, redis_server):
+    settings = DecisionLogSettings(dir=str(tmp_path / "log"))
+    redis_a = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
+    redis_b = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
+    writer_a = DecisionLogWriter(settings, redis_a)  # the worker that routed the request
+    writer_b = DecisionLogWriter(settings, redis_b)
+    try:
+        desk_a = FeedbackDesk(settings, writer_a.submit, redis_a)
+        desk_b = FeedbackDesk(settings, writer_b.submit, redis_b)
+        record = make_decision("shared")
+        desk_a.remember(record)
+        writer_a.submit(record)
+        assert writer_a.flush()
+        assert desk_b.accept("shared", 1.0)["call_id"] == "shared"  # not in B's memory: from Redis
+        assert refused(desk_a, "shared", 0.0).status == 409
+        redis_server.stop()
+        error = refused(desk_b, "never-seen", 1.0)
+        assert error.status == 503 and "Redis" in str(error)
+        writer_b.flush()
+    finally:
+        writer_a.close()
+        writer_b.close()
+    assert [r["score"] for r in feedback_in(tmp_path / "log")] == [1.0]
+
+
+def test_offline_feedback_into_a_log_folder_and_the_cli(log, tmp_path, capsys):
+    settings, writer = log
+    writer.submit(make_decision("c1"))
+    writer.submit(make_decision("c2", ts=time.time() - 100))
+    writer.flush()
+    directory = tmp_path / "log"
+    assert append_to_log_dir(directory, "c1", 1.0, "python")["call_id"] == "c1"
+    with pytest.raises(FeedbackError, match="already has feedback"):
+        append_to_log_dir(directory, "c1", 0.0, "python")
+    assert proteus_cli(["feedback", "c2", "0.5", "--log", str(directory)]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"call_id": "c2", "state_key": "tier:standard", "score": 0.5}
+    for argv, message in (
+        (["feedback", "c3", "1", "--log", str(directory)], "unknown call_id 'c3'"),
+        (["feedback", "c1", "1.5", "--log", str(directory)], "score must be a number in [0, 1]"),
+        (["feedback", "c2", "1", "--log", str(directory)], "already has feedback"),
+        (["feedback", "c1", "1", "--log", str(tmp_path / "missing")], "does not exist"),
+    ):
+        assert proteus_cli(argv) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("error: ") and message in error
+    assert sorted((r["call_id"], r["score"], r["source"]) for r in feedback_in(directory)) == [("c1", 1.0, "python"), ("c2", 0.5, "cli")]

@@ -1,0 +1,64 @@
+"""``proteus compliance --log DIR``: per-tier figures from a decision log, and the figure file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from litellm_proteus.cli import main as proteus_cli
+from litellm_proteus.config import DecisionLogSettings
+from litellm_proteus.decision_log import DecisionLogWriter, LoggedCandidate, decision_record, feedback_record, outcome_record
+from proteus_train.compliance_report import wilson_interval
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    assert wilson_interval(8, 10) == pytest.approx((0.4902, 0.9433), abs=1e-4)
+    assert wilson_interval(0, 5) == pytest.approx((0.0, 0.4345), abs=1e-4)
+
+
+def write_log(directory) -> None:
+    writer = DecisionLogWriter(DecisionLogSettings(dir=str(directory)))
+    for i in range(8):
+        tier, delta = ("premium", 0.01 * i) if i % 2 == 0 else ("economy", 0.0)
+        call_id = f"c{i}"
+        writer.submit(decision_record(
+            call_id=call_id, key_hash=None, tier=tier, tau_source="key_metadata", state_key=f"tier:{tier}",
+            tau=0.85, tau_requested=None, tau_effective=0.85 + delta, delta=delta, mu=0.5, model_group="g",
+            candidates=[LoggedCandidate("a", 0, "cheap", 0.001, 0.7), LoggedCandidate("b", 1, "strong", 0.01, 0.9)],
+            chosen=1 if tier == "premium" else 0, propensity=1.0, prompt=f"q{i}", artifact="", log_prompt=False,
+            ts=100.0 + i,
+        ))
+        # premium: LiteLLM's response_cost 0.02; economy: no outcome, so the routing estimate 0.001
+        if tier == "premium":
+            writer.submit(outcome_record(call_id=call_id, success=True, response_cost=0.02, latency_ms=5.0, error=None, ts=101.0 + i))
+    for call_id, score in (("c0", 1.0), ("c2", 0.0), ("c4", 1.0)):
+        writer.submit(feedback_record(call_id, score, "api", ts=200.0))
+    assert writer.flush()
+    writer.close()
+
+
+def test_the_report_per_tier_with_the_figure_and_json(tmp_path, capsys):
+    write_log(tmp_path / "log")
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json"), "--window", "2"]
+    assert proteus_cli(argv) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["tier", "requests", "tau"]
+    report = {t["tier"]: t for t in json.loads((tmp_path / "c.json").read_text())}
+    premium, economy = report["premium"], report["economy"]
+    assert premium["requests"] == 4 and premium["tau"] == pytest.approx(0.85)
+    assert premium["predicted_accuracy"] == pytest.approx(0.9) and economy["predicted_accuracy"] == pytest.approx(0.7)
+    assert premium["labels"] == 3 and premium["realised_accuracy"] == pytest.approx(2 / 3)
+    assert premium["realised_ci95"] == pytest.approx(list(wilson_interval(2, 3)))
+    assert economy["labels"] == 0 and economy["realised_accuracy"] is None
+    assert premium["cost_per_1k_usd"] == pytest.approx(20.0) and economy["cost_per_1k_usd"] == pytest.approx(1.0)
+    assert premium["delta_over_time"] == pytest.approx([0.0, 0.02, 0.04, 0.06])
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert proteus_cli(["compliance", "--log", str(tmp_path / "empty")]) == 2
+    assert "no decision records" in capsys.readouterr().err
+    assert proteus_cli(["compliance", "--log", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err

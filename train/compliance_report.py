@@ -1,0 +1,156 @@
+"""``proteus compliance --log DIR``: is each tier's accuracy floor kept on live traffic?
+
+Per tier of the decision log (``litellm_proteus/decision_log.py``): requests, predicted accuracy
+(mean calibrated p of the chosen deployments), realised accuracy over the labelled requests (mean
+feedback score) with a 95 % Wilson interval, cost per 1K requests (LiteLLM's ``response_cost`` where
+an outcome has one, else the routing estimate) and the controller's δ over time (mean per quarter
+of the tier's requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
+the predicted and the realised accuracy over trailing windows of ``--window`` requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from litellm_proteus.decision_log import LoggedDecision, chosen_p, join_log
+
+Z95 = 1.959963984540054
+DELTA_SEGMENTS = 4
+
+
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a proportion (fractional scores count as fractional successes)."""
+    if n <= 0:
+        return (math.nan, math.nan)
+    phat = successes / n
+    denominator = 1 + z * z / n
+    centre = (phat + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass
+class TierCompliance:
+    tier: str
+    requests: int
+    tau: float  # mean promised tau
+    predicted_accuracy: float
+    labels: int
+    realised_accuracy: float | None
+    realised_ci95: tuple[float, float] | None
+    cost_per_1k_usd: float
+    delta_over_time: list[float]  # mean delta per quarter of the tier's requests, in time order
+
+
+def request_cost(row: LoggedDecision) -> float:
+    cost = (row.outcome or {}).get("response_cost")
+    if isinstance(cost, (int, float)):
+        return float(cost)
+    decision = row.decision
+    return float(decision["candidates"][decision["chosen"]]["cost_usd"])
+
+
+def target_tau(row: LoggedDecision) -> float:
+    """The accuracy the request was promised (``tau``; records without it: tau_effective - delta)."""
+    decision = row.decision
+    if isinstance(decision.get("tau"), (int, float)):
+        return float(decision["tau"])
+    return float(decision["tau_effective"]) - float(decision.get("delta") or 0.0)
+
+
+def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:
+    scores = [row.feedback for row in rows if row.feedback is not None]
+    n = len(rows)
+    segments = [rows[i * n // DELTA_SEGMENTS : (i + 1) * n // DELTA_SEGMENTS] for i in range(DELTA_SEGMENTS)]
+    return TierCompliance(
+        tier=tier,
+        requests=n,
+        tau=sum(target_tau(r) for r in rows) / n,
+        predicted_accuracy=sum(chosen_p(r.decision) for r in rows) / n,
+        labels=len(scores),
+        realised_accuracy=sum(scores) / len(scores) if scores else None,
+        realised_ci95=wilson_interval(sum(scores), len(scores)) if scores else None,
+        cost_per_1k_usd=1000.0 * sum(request_cost(r) for r in rows) / n,
+        delta_over_time=[sum(float(r.decision.get("delta") or 0.0) for r in s) / len(s) for s in segments if s],
+    )
+
+
+def by_tier(rows: list[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
+    tiers: dict[str, list[LoggedDecision]] = {}
+    for row in rows:
+        tiers.setdefault(str(row.decision["tier"]), []).append(row)
+    return dict(sorted(tiers.items()))
+
+
+def format_report(report: list[TierCompliance]) -> str:
+    lines = [f"{'tier':<12} {'requests':>8} {'tau':>6} {'predicted':>9} {'labels':>6} {'realised [95% CI]':>24} {'cost/1K $':>10}  delta over time"]
+    for t in report:
+        realised = (
+            f"{t.realised_accuracy:.3f} [{t.realised_ci95[0]:.3f}, {t.realised_ci95[1]:.3f}]"
+            if t.realised_accuracy is not None and t.realised_ci95 is not None
+            else "-"
+        )
+        deltas = " ".join(f"{d:+.3f}" for d in t.delta_over_time)
+        lines.append(
+            f"{t.tier:<12} {t.requests:>8} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
+            f"{t.cost_per_1k_usd:>10.4f}  {deltas}"
+        )
+    return "\n".join(lines)
+
+
+def trailing_mean(values: list[float | None], window: int) -> list[float]:
+    """Mean of the non-missing values among the last ``window`` (NaN where there are none)."""
+    out = []
+    for i in range(len(values)):
+        seen = [v for v in values[max(0, i + 1 - window) : i + 1] if v is not None]
+        out.append(sum(seen) / len(seen) if seen else math.nan)
+    return out
+
+
+def plot(tiers: dict[str, list[LoggedDecision]], window: int, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(tiers), 1, figsize=(9, 3 * len(tiers)), squeeze=False)
+    for ax, (tier, rows) in zip(axes[:, 0], tiers.items()):
+        x = range(1, len(rows) + 1)
+        ax.plot(x, [target_tau(r) for r in rows], label="τ", color="black", linestyle="--")
+        ax.plot(x, trailing_mean([chosen_p(r.decision) for r in rows], window), label="predicted")
+        ax.plot(x, trailing_mean([r.feedback for r in rows], window), label="realised (labels)")
+        ax.set_title(f"tier {tier}")
+        ax.set_xlabel("request (time order)")
+        ax.set_ylabel(f"accuracy, trailing {window}")
+        ax.legend(loc="lower left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log", metavar="DIR", required=True, help="decision log directory")
+    parser.add_argument("--png", default="compliance.png", help="figure path (default: compliance.png)")
+    parser.add_argument("--window", type=int, default=500, help="trailing window of the figure, in requests")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.window < 1:
+        raise ValueError(f"--window must be >= 1; got {args.window}")
+    rows = join_log(args.log)
+    if not rows:
+        raise ValueError(f"{args.log}: no decision records (is it a decision_log.dir?)")
+    tiers = by_tier(rows)
+    report = [tier_compliance(tier, tier_rows) for tier, tier_rows in tiers.items()]
+    print(format_report(report))
+    print(f"figure: {plot(tiers, args.window, Path(args.png))}")
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(t) for t in report], indent=2))
+    return 0
