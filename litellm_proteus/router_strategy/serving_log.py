@@ -24,7 +24,10 @@ from ..decision_log import (
     outcome_record,
     redis_client,
 )
-from ..engine import METADATA_KEYS, Routed, ScoredDeployment, TauResolution, deployment_id
+from ..costs import deployment_id
+from ..engine import Routed, ScoredDeployment, TauResolution
+from ..request import METADATA_KEYS, ProteusRequest
+from ..tiers import hash_key
 from ..feedback import FeedbackDesk
 
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
@@ -59,7 +62,7 @@ def log_routed(
     resolution: TauResolution,
     routed: Routed,
     scored: Sequence[ScoredDeployment],
-    text: str,
+    request: ProteusRequest,
 ) -> None:
     """Record one PROTEUS decision: decision log (when configured) and compliance gauges."""
     decision = routed.decision
@@ -73,12 +76,10 @@ def log_routed(
     # one gets an id here, which LiteLLM then uses for that attempt.
     if not request_kwargs.get("litellm_call_id"):
         request_kwargs["litellm_call_id"] = str(uuid.uuid4())
-    metadatas = [m for m in (request_kwargs.get(k) for k in METADATA_KEYS) if isinstance(m, dict)]
-    key_hash = next((m["user_api_key_hash"] for m in metadatas if isinstance(m.get("user_api_key_hash"), str)), None)
     slots = strategy.engine.slots
     record = decision_record(
         call_id=str(request_kwargs["litellm_call_id"]),
-        key_hash=key_hash,
+        key_hash=None if request.key_hash is None else hash_key(request.key_hash),
         tier=resolution.tier,
         tau_source=resolution.source,
         state_key=state_key,
@@ -94,7 +95,7 @@ def log_routed(
         ],
         chosen=decision.index,
         propensity=float(getattr(decision, "propensity", 1.0)),
-        prompt=text,
+        prompt=request.text,
         artifact=strategy.engine.manifest.weights_sha256,
         log_prompt=strategy.config.decision_log.log_prompts,
     )

@@ -303,7 +303,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         if self.config.log_decisions:
             log_decision(record)
         record_metrics(record)
-        serving_log.log_routed(self, request_kwargs, model, resolution, routed, scored, request.text)
+        serving_log.log_routed(self, request_kwargs, model, resolution, routed, scored, request)
         return chosen.deployment
 
     def on_feedback(self, decision_record: dict, score: float) -> None:
