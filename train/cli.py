@@ -23,6 +23,8 @@ HELP = {
     "dual_lr": "eta_lambda, the dual step size (paper: 0.4)",
     "dual_every": "batches between dual updates (paper: 5)",
     "session_batches": "batches per tau session (one tau per session)",
+    "parallel_sessions": "tau sessions trained side by side, each with its own tau and dual-update window; "
+                         "one PPO step takes a batch from each (--steps counts batches over all sessions)",
     "tau_below_best": "derived tau range starts this far below the best single model's validation accuracy",
     "calibration_margin": "validation accuracy must exceed the requested tau by this much",
     "prices": "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)",

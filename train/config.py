@@ -63,6 +63,9 @@ class TrainConfig:
     scoring_lr: float = 3e-3
     boost_steps: int = 300
     session_batches: int = 10
+    # tau-sessions trained side by side, each with its own tau, batches and dual-update window; one
+    # PPO step takes all their batches (docs/training-speed.md: speed and routing quality measured)
+    parallel_sessions: int = 16
     group_size: int = 8
     # Lagrangian dual
     dual_lr: float = 0.4
