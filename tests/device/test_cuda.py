@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
 from litellm_proteus.batcher import MicroBatcher
 from litellm_proteus.predictor import Candidate, ProteusPredictor
 
@@ -68,8 +69,9 @@ def test_batcher_answers_each_caller_from_the_cuda_predictor(predictors):
 
 def test_short_train_and_eval_on_cuda(shared_data, tmp_path):
     out, cache = tmp_path / "artifact", tmp_path / "cache"
+    # the bundled static encoder folder: no transformer download, no distillation
     train = [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(shared_data / "routerbench-partial"),
-             "--out", str(out), "--device", "cuda", "--steps", "64", "--perf-epochs", "3", "--oof-folds", "2",
+             "--encoder", str(DEFAULT_ARTIFACT_DIR / "encoder"), "--out", str(out), "--device", "cuda", "--steps", "64", "--perf-epochs", "3", "--oof-folds", "2",
              "--boost-steps", "20", "--cache-dir", str(cache), "--quiet"]
     done = subprocess.run(train, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
