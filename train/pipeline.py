@@ -24,8 +24,8 @@ Pipeline (``train(config)``):
 Hyper-parameters live in ``TrainConfig`` (``config.py``); every one is a ``proteus train`` flag.  Paper defaults are
 kept (AdamW 3e-4, batch 32, clip 1.0, eta_lambda 0.4, dual update every 5 batches) except where a
 measurement on RouterBench-partial said otherwise -- each such choice is documented where it is
-made: 3,000 PPO batches (x 8 mu samples per query, i.e. more action evaluations than the paper's
-10,000 x 32) to fit the 2-minute CPU budget, one dual variable per tau bin started at 5, the
+made: 1,500 PPO batches (x 8 mu samples per query) in 8 tau sessions trained side by side, the
+learning rates scaled by sqrt(8) (docs/training-speed.md), one dual variable per tau bin started at 5, the
 frozen-out-of-fold performance head, b fitted for quality, and the validation calibration.
 """
 

@@ -165,10 +165,13 @@ def train_policy(
     network = [p for p in model.parameters() if p.requires_grad and all(p is not q for q in scoring)]
     # gamma is one scalar: at the network's 3e-4 it would barely move in a CPU-sized run, so it
     # gets its own (documented) learning rate.  b is fitted before PPO (fit_boosts) and frozen.
+    # S sessions per step take S times fewer optimizer steps on S times larger batches: both rates
+    # grow by sqrt(S) (at S = 16 and the plain rates, RouterBench-partial's policy ignored tau).
+    lr_scale = math.sqrt(sessions)
     optimizer = torch.optim.AdamW(
         [
-            {"params": network, "lr": config.lr, "weight_decay": config.weight_decay},
-            {"params": scoring, "lr": config.scoring_lr, "weight_decay": 0.0},
+            {"params": network, "lr": config.lr * lr_scale, "weight_decay": config.weight_decay},
+            {"params": scoring, "lr": config.scoring_lr * lr_scale, "weight_decay": 0.0},
         ]
     )
     with torch.no_grad():
