@@ -48,7 +48,7 @@ if [ -n "$BASE" ]; then
   train_and_eval mmlu-base "$BASE" 8,9 mmlu --device cpu &
   train_and_eval zeroeval-base "$BASE" 10,11 zeroeval --device cpu &
 fi
-train_and_eval rb-new-s1 "$NEW" 12,13 rb --device cpu --parallel-sessions 1 &
+train_and_eval rb-new-s1 "$NEW" 12,13 rb --device cpu --parallel-sessions 1 --steps 3000 &  # one session: the paper loop
 
 # GPU (cores 14-15): the tests, a training, the decision-path benchmarks
 (cd "$NEW" && PYTHONPATH=$NEW${PYTHONPATH:+:$PYTHONPATH} taskset -c 14,15 python -m pytest -q -p no:cacheprovider tests/device) > "$OUT/pytest-device.log" 2>&1
