@@ -97,7 +97,7 @@ class ProteusModel(nn.Module):
     @property
     def gamma(self) -> torch.Tensor:
         if self.config.fixed_gamma is not None:
-            return torch.tensor(self.config.fixed_gamma)
+            return torch.tensor(self.config.fixed_gamma, device=self.gamma_raw.device)
         span = self.config.gamma_max - self.config.gamma_min
         return self.config.gamma_min + span * torch.sigmoid(self.gamma_raw)
 
@@ -109,15 +109,17 @@ class ProteusModel(nn.Module):
         return self.performance_head(z)
 
     @staticmethod
-    def _conditioning(tau_norm: torch.Tensor, lam: torch.Tensor, batch: int) -> torch.Tensor:
-        tau_norm = torch.as_tensor(tau_norm, dtype=torch.float32).reshape(-1).expand(batch)
-        lam = torch.as_tensor(lam, dtype=torch.float32).reshape(-1).expand(batch)
+    def _conditioning(tau_norm: torch.Tensor | float, lam: torch.Tensor | float, z: torch.Tensor) -> torch.Tensor:
+        """[B, 2] policy conditioning on z's device (tau_norm, lam: scalars or [B])."""
+        batch, device = z.shape[0], z.device
+        tau_norm = torch.as_tensor(tau_norm, dtype=torch.float32, device=device).reshape(-1).expand(batch)
+        lam = torch.as_tensor(lam, dtype=torch.float32, device=device).reshape(-1).expand(batch)
         # Centred features (tau_norm in [0, 1] -> [-1, 1]; lambda around its inference value 1), so
         # low- and high-tau sessions push a tau weight the same way instead of both moving a bias.
         return torch.stack([2.0 * tau_norm - 1.0, lam - INFERENCE_LAMBDA], dim=-1)
 
     def policy(self, z: torch.Tensor, tau_norm, lam) -> BetaPolicyOutput:
-        cond = self._conditioning(tau_norm, lam, z.shape[0])
+        cond = self._conditioning(tau_norm, lam, z)
         hidden = self.policy_trunk(torch.cat([z.detach(), cond], dim=-1))
         # The conditioning also reaches the Beta head directly: a monotone tau -> mu response is
         # then one weight away, instead of having to be carved out of 256 gated features.
@@ -126,7 +128,7 @@ class ProteusModel(nn.Module):
     def value(self, z: torch.Tensor, tau_norm, lam) -> torch.Tensor:
         if self.critic is None:
             raise RuntimeError("this model was built with use_critic=False")
-        cond = self._conditioning(tau_norm, lam, z.shape[0])
+        cond = self._conditioning(tau_norm, lam, z)
         return self.critic(torch.cat([z.detach(), cond], dim=-1)).squeeze(-1)
 
     def scores(

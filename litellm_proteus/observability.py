@@ -5,10 +5,11 @@
   ``x-proteus-tier``, ``x-proteus-mu``, ``x-proteus-model`` (the trained slot),
   ``x-proteus-tau-clamped: true`` when tau was outside the artifact's trained range, and
   ``x-proteus-tau-capped: true`` when the request asked above its tier's tau; with either,
-  ``x-proteus-tau-requested`` shows the tau asked for.
+  ``x-proteus-tau-requested`` shows the tau asked for; ``x-proteus-device``: where the decision ran.
 - Log: logger ``litellm_proteus.decisions``, INFO, one JSON object per decision.
 - Prometheus (``prometheus_client`` default registry, which LiteLLM's ``prometheus`` callback
   serves on ``/metrics``): ``proteus_decisions_total{model_group,tier,tau_source,model}``,
+  ``proteus_decisions_by_device_total{model_group,device}``,
   ``proteus_mu`` and ``proteus_decision_latency_seconds`` histograms, ``proteus_tau_clamped_total``,
   ``proteus_tier_lookup_errors_total``.
 """
@@ -47,6 +48,7 @@ class DecisionRecord:
     prompt_tokens: int
     cost_usd: float  # estimated cost of this request on the chosen deployment
     latency_ms: float
+    device: str = ""  # where the decision ran (cpu, cuda, cuda:N); "" = not recorded
 
     def headers(self) -> dict[str, str]:
         headers = {
@@ -62,6 +64,8 @@ class DecisionRecord:
             headers["x-proteus-tau-capped"] = "true"
         if self.clamped or self.capped:
             headers["x-proteus-tau-requested"] = f"{self.tau_requested:.4g}"
+        if self.device:
+            headers["x-proteus-device"] = self.device
         return headers
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,7 +76,7 @@ class DecisionRecord:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})  # missing defaults apply
         except (KeyError, TypeError):
             return None
 
@@ -136,6 +140,8 @@ class _Metrics:
         )
         self.clamped = Counter("proteus_tau_clamped", "decisions whose tau was clamped to the trained range", ["model_group"])
         self.tier_errors = Counter("proteus_tier_lookup_errors", "Redis tier lookups that failed or timed out")
+        self.devices = Counter("proteus_decisions_by_device", "PROTEUS routing decisions per device that ran them",
+                               ["model_group", "device"])
 
 
 _metrics: _Metrics | None = None
@@ -162,6 +168,8 @@ def record_metrics(record: DecisionRecord) -> None:
     m.latency.labels(record.model_group).observe(record.latency_ms / 1000.0)
     if record.clamped:
         m.clamped.labels(record.model_group).inc()
+    if record.device:
+        m.devices.labels(record.model_group, record.device).inc()
 
 
 def record_tier_error() -> None:

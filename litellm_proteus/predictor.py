@@ -122,17 +122,18 @@ class ProteusPredictor:
         tau alone: dearer, with more slack over tau in every window of traffic."""
         import torch
 
-        from .encoder import TextEncoder, resolve_device
+        from .devices import choose_device
+        from .encoder import TextEncoder
 
         if threads is not None:
             if threads < 1:
                 raise ValueError(f"threads must be >= 1; got {threads}")
             torch.set_num_threads(threads)
-        self.device = resolve_device(device)
         self.artifact_dir = Path(artifact) if artifact else DEFAULT_ARTIFACT_DIR
         self.model, self.manifest = load_artifact(self.artifact_dir, map_location="cpu")
-        self.model.to(self.device)
         spec = self.manifest.encoder
+        self.device = choose_device(device, spec.resolve(self.artifact_dir))  # auto: see devices.py
+        self.model.to(self.device)
         self.encoder = TextEncoder(
             spec.resolve(self.artifact_dir),
             device=self.device,

@@ -77,14 +77,15 @@ def accuracy_curve(
     ``p`` overrides the performance head (out-of-fold predictions for training rows)."""
     lo, hi = tau_range
     observed = np.nan_to_num(scores, nan=0.0)
-    z = model.embed(emb)
-    p = torch.sigmoid(model.performance_logits(z)) if p is None else p
-    cost = torch.as_tensor(normalizer.normalize(costs_usd))
+    device = next(model.parameters()).device
+    z = model.embed(emb.to(device))
+    p = torch.sigmoid(model.performance_logits(z)) if p is None else p.to(device)
+    cost = torch.as_tensor(normalizer.normalize(costs_usd), device=device)
     rows = np.arange(len(observed))
     accs, mus, costs = [], [], []
     for tau in policy_taus:
         mu = model.policy(z, (tau - lo) / (hi - lo), INFERENCE_LAMBDA).mean
-        choice = model.scores(p, mu, cost).argmax(-1).numpy()
+        choice = model.scores(p, mu, cost).argmax(-1).cpu().numpy()
         accs.append(observed[rows, choice].mean())
         mus.append(float(mu.mean()))
         costs.append(costs_usd[rows, choice].mean())

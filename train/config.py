@@ -71,7 +71,15 @@ class TrainConfig:
     perf_patience: int = option(10, "epochs without validation improvement before stopping")
     oof_folds: int = option(5, "folds of the out-of-fold predictions PPO scores models with")
     # -- PPO --------------------------------------------------------------------------------
-    steps: int = option(3_000, "PPO batches (paper: 10,000; x group_size mu samples per query fits 2 CPU minutes)")
+    steps: int = option(
+        1_500, "PPO batches over all parallel sessions (paper: 10,000; each query scored at group_size mu samples)"
+    )
+    parallel_sessions: int = option(
+        8,
+        "tau sessions trained side by side, each with its own tau, batches and dual-update window; one PPO step "
+        "takes a batch from each, lr and scoring_lr scaled by sqrt(parallel_sessions): 8 sessions and 1,500 "
+        "batches route like 1 x 3,000 in 0.26x the PPO time (docs/training-speed.md)",
+    )
     batch_size: int = option(32, "queries per PPO batch (paper: 32)")
     lr: float = option(3e-4, "AdamW learning rate of policy and critic (paper: 3e-4)")
     weight_decay: float = option(1e-2, "AdamW weight decay of policy and critic")

@@ -33,7 +33,7 @@ def fit_early_stopping(
     best, best_state, stale = math.inf, None, 0
     for _epoch in range(epochs):
         module.train()
-        order = torch.randperm(len(x), generator=generator)
+        order = torch.randperm(len(x), generator=generator).to(x.device)  # the CPU generator keeps runs seeded alike
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             loss = loss_fn(forward(x[idx]), y[idx])

@@ -100,14 +100,14 @@ def out_of_fold_predictions(
 ) -> torch.Tensor:
     """p_i(x) for each train row from a head that never saw that row (k-fold cross-fitting)."""
     n = len(emb)
-    folds = torch.randperm(n, generator=generator) % config.oof_folds
+    folds = (torch.randperm(n, generator=generator) % config.oof_folds).to(emb.device)
     oof = torch.zeros_like(y)
     for fold in range(config.oof_folds):
         held = folds == fold
-        fold_model = ProteusModel(model_config)
+        fold_model = ProteusModel(model_config).to(emb.device)
         # the fold's own early-stopping split comes from its training part
         fit_idx = torch.nonzero(~held).squeeze(-1)
-        stop = fit_idx[torch.randperm(len(fit_idx), generator=generator)[: max(len(fit_idx) // 8, 1)]]
+        stop = fit_idx[torch.randperm(len(fit_idx), generator=generator).to(emb.device)[: max(len(fit_idx) // 8, 1)]]
         keep = fit_idx[~torch.isin(fit_idx, stop)]
         fit_performance_head(fold_model, emb[keep], y[keep], emb[stop], y[stop], config, generator)
         with torch.no_grad():

@@ -24,8 +24,8 @@ Pipeline (``train(config)``):
 Hyper-parameters live in ``TrainConfig`` (``config.py``); every one is a ``proteus train`` flag.  Paper defaults are
 kept (AdamW 3e-4, batch 32, clip 1.0, eta_lambda 0.4, dual update every 5 batches) except where a
 measurement on RouterBench-partial said otherwise -- each such choice is documented where it is
-made: 3,000 PPO batches (x 8 mu samples per query, i.e. more action evaluations than the paper's
-10,000 x 32) to fit the 2-minute CPU budget, one dual variable per tau bin started at 5, the
+made: 1,500 PPO batches (x 8 mu samples per query) in 8 tau sessions trained side by side, the
+learning rates scaled by sqrt(8) (docs/training-speed.md), one dual variable per tau bin started at 5, the
 frozen-out-of-fold performance head, b fitted for quality, and the validation calibration.
 """
 
@@ -183,8 +183,10 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
             "10 train and 5 validation rows (some 50+ rows with the default split; thousands to route well)"
         )
     train_idx, val_idx = parts["train"], parts["val"]
-    emb_t = torch.as_tensor(embeddings)
-    y = torch.as_tensor(data.scores, dtype=torch.float32)
+    # Heads, PPO and the operating curves run on config.device (where the encoder ran); the artifact is saved from the CPU.
+    device = resolve_device(config.device)
+    emb_t = torch.as_tensor(embeddings, device=device)
+    y = torch.as_tensor(data.scores, dtype=torch.float32, device=device)
     costs = fill_missing_costs(data.costs)
 
     model_config = ModelConfig(
@@ -195,18 +197,18 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         fixed_gamma=config.fixed_gamma,
         selection_temperature=config.selection_temperature,
     )
-    model = ProteusModel(model_config)
+    model = ProteusModel(model_config).to(device)
 
     t0 = time.perf_counter()
     val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator)
     p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator)
     timings["performance_head_s"] = time.perf_counter() - t0
-    train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32)
+    train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32, device=device)
     quality_accuracy = fit_boosts(model, p_oof, torch.where(torch.isfinite(train_scores), train_scores, p_oof), config)
     log.info("boosts: mu=1 routing accuracy on train (out-of-fold) %.4f", quality_accuracy)
     log.info("performance head: validation BCE %.4f", val_bce)
     with torch.no_grad():
-        val_p = torch.sigmoid(model.performance_logits(model.embed(emb_t[val_idx]))).numpy()
+        val_p = torch.sigmoid(model.performance_logits(model.embed(emb_t[val_idx]))).cpu().numpy()
     tau_range = tuple(config.tau_range) if config.tau_range else derive_tau_range(
         data.scores[val_idx], val_p, config.tau_below_best
     )
@@ -249,6 +251,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         calibration, declared = calibrate(policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs)
     else:
         calibration, declared = TauCalibration(), tau_range
+    model.to("cpu")
     timings["total_s"] = time.perf_counter() - started
 
     train_config = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
@@ -274,7 +277,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         calibration=calibration,
         training={
             "config": train_config,
-            "device": resolve_device(config.device),
+            "device": device,
             "timings_s": {k: round(v, 2) for k, v in timings.items()},
             "final": history[-1] if history else {},
             "lambda_per_tau_bin": np.round(lambdas, 4).tolist(),

@@ -63,16 +63,17 @@ def route_log(
     else:
         tau_norm = np.array([manifest.tau_norm(t) for t in taus], dtype=np.float32)
     cost_norm = manifest.cost_normalizer.normalize(fill_missing_costs(costs_usd))
+    device = next(model.parameters()).device
     choices, mus, ps = [], [], []
     for start in range(0, n, batch_size):
         sl = slice(start, start + batch_size)
         out = model.route(
-            torch.as_tensor(embeddings[sl], dtype=torch.float32),
-            torch.as_tensor(tau_norm[sl]),
-            torch.as_tensor(cost_norm[sl]),
+            torch.as_tensor(embeddings[sl], dtype=torch.float32, device=device),
+            torch.as_tensor(tau_norm[sl], device=device),
+            torch.as_tensor(cost_norm[sl], device=device),
             lam=INFERENCE_LAMBDA,
         )
-        choices.append(out.choice.numpy())
-        mus.append(out.mu.numpy())
-        ps.append(out.p.numpy())
+        choices.append(out.choice.cpu().numpy())
+        mus.append(out.mu.cpu().numpy())
+        ps.append(out.p.cpu().numpy())
     return RouteResult(choice=np.concatenate(choices), mu=np.concatenate(mus), p=np.concatenate(ps))

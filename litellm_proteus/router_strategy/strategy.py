@@ -295,6 +295,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             prompt_tokens=routed.prompt_tokens,
             cost_usd=routed.cost_usd,
             latency_ms=(time.perf_counter() - start) * 1000.0,
+            device=str(self.engine.predictor.device),
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
         if not isinstance(request_kwargs.get(metadata_key), dict):

@@ -114,7 +114,7 @@ def build_steerable_artifact(directory: Path, models=STEER_MODELS, p=STEER_P) ->
         # tau feature alone, so that raw_alpha = -raw_beta = 40 * (tau_norm - 0.5) whatever affine
         # encoding ProteusModel._conditioning uses for tau_norm.
         assert model.beta_head.linear.in_features == h + 2, "ProteusModel changed: update this builder"
-        feature = lambda tn: float(model._conditioning(torch.tensor([tn]), torch.tensor([1.0]), 1)[0, 0])
+        feature = lambda tn: float(model._conditioning(torch.tensor([tn]), torch.tensor([1.0]), torch.zeros(1, 1))[0, 0])
         slope = feature(1.0) - feature(0.0)
         assert abs(feature(0.5) - (feature(0.0) + feature(1.0)) / 2) < 1e-6 and slope > 0
         weight = 40.0 / slope

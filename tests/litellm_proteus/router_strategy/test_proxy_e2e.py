@@ -173,6 +173,7 @@ def test_tau_in_metadata_changes_the_served_deployment(proxy):
     assert proteus_headers(low)["x-proteus-model"] == "mistralai/mixtral-8x7b-chat"
     assert (high.headers["x-proteus-tau"], high.headers["x-proteus-tau-source"]) == ("0.9", "request")
     assert float(high.headers["x-proteus-mu"]) > float(low.headers["x-proteus-mu"])
+    assert low.headers["x-proteus-device"] == "cpu"  # the device that decided (device: auto on a CPU host)
 
 
 def test_key_and_team_metadata_tiers(proxy):
