@@ -1,4 +1,4 @@
-"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench`` (``proteus SUB --help``).
+"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench | calibrate-p | replay`` (``proteus SUB --help``).
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.  Bad
@@ -19,6 +19,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "distill-static": ("proteus_train.distill", "distil a transformer encoder into a static token table (sub-millisecond routing)"),
     "tiers": ("litellm_proteus.tiers", "manage per-API-key SLA tiers in Redis"),
     "bench": ("proteus_train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
+    "calibrate-p": ("proteus_train.p_calibration", "add per-slot p calibration to an existing artifact (from its validation split)"),
+    "replay": ("proteus_train.replay", "replay a test split under mix shift through predictor + compliance controller"),
 }
 
 

@@ -29,6 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .compliance import ComplianceSettings
+
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
@@ -103,6 +105,9 @@ class ProteusConfig(BaseModel):
     tier_metadata_key: str = Field("proteus_tier", description="key/team metadata field naming the tier")
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    compliance: ComplianceSettings = Field(
+        default_factory=ComplianceSettings, description="live compliance controller (docs/live-compliance.md)"
+    )
     log_decisions: bool = True
     allow_direct_deployments: bool = Field(
         False,

@@ -33,6 +33,7 @@ from litellm.router_utils.handle_error import async_raise_no_deployment_exceptio
 from litellm.types.router import CustomRoutingStrategyBase
 
 from ..artifact import DEFAULT_ARTIFACT_DIR
+from ..compliance import Control, shared_controller, state_key_for
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
@@ -45,6 +46,7 @@ from ..engine import (
     exclude_failed,
     failed_deployment_ids,
     request_tau,
+    TauResolution,
     resolve_tau,
     tier_from_metadata,
 )
@@ -131,6 +133,13 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self.batcher = shared_batcher(engine, config)
         self._groups = frozenset(config.groups)
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
+        redis = config.redis
+        self.compliance = shared_controller(
+            config.compliance,
+            redis.connection_url() if redis else None,
+            redis.timeout_ms / 1000.0 if redis else 0.05,
+            engine.manifest.calibration.margin,
+        )
 
     @property
     def router(self) -> Any:
@@ -288,10 +297,12 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             )
         tier = await self._tier(metadatas)
         resolution = resolve_tau(self.config, requested, tier)
+        control = self._control(resolution)
         routed = await self.batcher.submit(
-            DecisionRequest(request_text(messages, input), messages, resolution.tau, scored)
+            DecisionRequest(request_text(messages, input), messages, resolution.tau, scored, control.delta)
         )
         decision = routed.decision
+        self.compliance.record_decision(control.state_key, decision.tau_effective, decision.p[decision.index], max(decision.p))
         chosen = scored[decision.index]
         record = DecisionRecord(
             model_group=model,
@@ -310,6 +321,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             prompt_tokens=routed.prompt_tokens,
             cost_usd=routed.cost_usd,
             latency_ms=(time.perf_counter() - start) * 1000.0,
+            delta=control.delta,
+            infeasible=control.infeasible,
+            state_key=control.state_key,
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
         if not isinstance(request_kwargs.get(metadata_key), dict):
@@ -319,6 +333,12 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             log_decision(record)
         record_metrics(record)
         return chosen.deployment
+
+    def _control(self, resolution: TauResolution) -> Control:
+        """The compliance controller's offset for this request's state (tier, or tau bucket)."""
+        tau = self.engine.predictor.taus.effective(resolution.tau)[0]
+        key = state_key_for(resolution.tier, resolution.source, tau, self.config.compliance.tau_bucket)
+        return self.compliance.control(key, tau)
 
     # -- tiers ----------------------------------------------------------------------------------
     async def _tier(self, metadatas: list[Any]) -> TierChoice | None:
