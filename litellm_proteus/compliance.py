@@ -29,10 +29,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 logger = logging.getLogger("litellm_proteus.compliance")
 Z_95 = 1.96  # two-sided 95 %: the realised accuracy's bounds
+CLIENT_NAME_PREFIX = "proteus-compliance-"
 
 
 class ComplianceSettings(BaseModel):
@@ -55,12 +56,6 @@ class ComplianceSettings(BaseModel):
     ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
     retry_after_s: float = Field(10.0, ge=0, le=3600, description="after a Redis failure, local state for this long")
     key_prefix: str = "proteus:compliance:"
-
-    @model_validator(mode="after")
-    def _check(self) -> "ComplianceSettings":
-        if self.delta_min > self.delta_max:
-            raise ValueError(f"compliance.delta_min ({self.delta_min}) must be <= delta_max ({self.delta_max})")
-        return self
 
 
 @dataclass(frozen=True)
@@ -234,11 +229,14 @@ class RedisBackend:
     """State in Redis, shared by every worker and instance; each call one round trip."""
 
     def __init__(self, settings: ComplianceSettings, margin: float, url: str, timeout_s: float):
+        import os
+
         import redis
 
         self.s, self.margin = settings, margin
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True
+        self.client = redis.Redis.from_url(  # named per process: CLIENT LIST shows which workers share the state
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True,
+            client_name=f"{CLIENT_NAME_PREFIX}{os.getpid()}",
         )
         self._script = self.client.register_script(_LUA)
 

@@ -75,7 +75,7 @@ def proxy_config(artifact: Path, redis_url: str, model_list=None) -> dict:
 
 
 class Proxy:
-    def __init__(self, workdir: Path, config: dict):
+    def __init__(self, workdir: Path, config: dict, extra_args: tuple[str, ...] = ()):
         self.workdir = workdir
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -94,7 +94,7 @@ class Proxy:
         }
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            [LITELLM, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(self.port)],
+            [LITELLM, "--config", str(config_path), "--host", "127.0.0.1", "--port", str(self.port), *extra_args],
             cwd=workdir, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
