@@ -5,9 +5,14 @@ Per state (a tier, or a bucket of request-sent taus) it keeps a sliding window o
 the candidates -- and of the last ``label_window`` feedback labels (label - p of that decision).
 After every decision the tau offset moves::
 
-    p_hat = mean(p_chosen) + mean(label - p)          (the residual only with >= min_labels labels)
-    delta <- clip((1 - decay) * delta + step * (tau + margin - p_hat), lower, delta_max)
-    lower  = delta_min if the labels' lower 95 % bound is above tau, else 0
+    w      = n_labels / (n_labels + label_prior)       (0 below min_labels labels)
+    p_hat  = mean(p_chosen) + w * mean(label - p)      (labels win as they accumulate)
+    target = tau + (1 - w) * margin + w * (mean(label) - lower95(label))
+    delta <- clip((1 - decay) * delta + step * (target - p_hat), lower, delta_max)
+    lower  = delta_min if lower95(label) > tau, else 0  (Wilson bound)
+
+Without labels the margin covers what predictions miss of a shift; with labels it gives way to the
+labels' own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
 
 and the router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
@@ -43,14 +48,17 @@ class ComplianceSettings(BaseModel):
     enabled: bool = Field(True, description="false: route at the static calibration, record nothing")
     step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (tau + margin - p_hat) per decision")
     window: int = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
-    label_window: int = Field(1000, ge=10, le=100_000, description="feedback labels in the label window")
+    label_window: int = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")
+    label_prior: float = Field(
+        200.0, gt=0, description="labels that weigh as much as the predictions: the residual's weight is n / (n + label_prior)"
+    )
     min_decisions: int = Field(50, ge=1, description="decisions before delta moves or infeasible is said")
     min_labels: int = Field(20, ge=2, description="labels before their residual corrects p_hat")
     delta_min: float = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
     delta_max: float = Field(0.3, ge=0, le=1, description="highest delta")
     decay: float = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
     margin: float | None = Field(
-        None, ge=0, le=0.5, description="p_hat is steered to tau + margin; null: the artifact's tau calibration margin"
+        0.01, ge=0, le=0.5, description="without labels p_hat is steered to tau + margin; null: the artifact's tau calibration margin"
     )
     tau_bucket: float = Field(0.01, gt=0, le=1, description="width of the buckets request-sent taus share state in")
     ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
@@ -84,33 +92,38 @@ class WindowState:
     n_labels: int = 0
     sum_res: float = 0.0  # label - p
     sum_y: float = 0.0
-    sum_y2: float = 0.0
     delta: float = 0.0
     infeasible: bool = False
     decisions: deque = field(default_factory=deque)  # (p, p_best)
     labels: deque = field(default_factory=deque)  # (p, y)
 
 
-def realised_bounds(n: int, sum_y: float, sum_y2: float) -> tuple[float, float, float]:
-    """(mean, lower, upper) of the labels: normal 95 % interval with the sample variance."""
+def realised_bounds(n: int, sum_y: float) -> tuple[float, float, float]:
+    """(mean, lower, upper) of the labels: Wilson's 95 % interval (sound for few labels too)."""
     if n == 0:
         return math.nan, math.nan, math.nan
-    mean = sum_y / n
-    var = max(sum_y2 / n - mean * mean, 0.0) * n / max(n - 1, 1)
-    half = Z_95 * math.sqrt(var / n)
-    return mean, mean - half, mean + half
+    mean, z2 = sum_y / n, Z_95 * Z_95
+    centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z_95 * math.sqrt(max(mean * (1 - mean), 0.0) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return mean, centre - half, centre + half
 
 
 def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: float) -> None:
     """The dual step after a decision (mirrored by ``_LUA``)."""
     if state.n < s.min_decisions:
         return
-    residual = state.sum_res / state.n_labels if state.n_labels >= s.min_labels else 0.0
-    p_hat = state.sum_p / state.n + residual
+    residual = weight = ci_half = 0.0
     lower = 0.0
-    if state.n_labels >= s.min_labels and realised_bounds(state.n_labels, state.sum_y, state.sum_y2)[1] > tau:
-        lower = s.delta_min
-    moved = (1.0 - s.decay) * state.delta + s.step * (tau + margin - p_hat)
+    if state.n_labels >= s.min_labels:
+        weight = state.n_labels / (state.n_labels + s.label_prior)
+        residual = weight * state.sum_res / state.n_labels
+        mean, low, _ = realised_bounds(state.n_labels, state.sum_y)
+        ci_half = mean - low
+        if low > tau:
+            lower = s.delta_min
+    p_hat = state.sum_p / state.n + residual
+    target = tau + (1.0 - weight) * margin + weight * ci_half
+    moved = (1.0 - s.decay) * state.delta + s.step * (target - p_hat)
     state.delta = min(max(moved, lower), s.delta_max)
     state.infeasible = state.sum_best / state.n + residual < tau
 
@@ -159,18 +172,16 @@ class LocalBackend:
             state.n_labels += 1
             state.sum_res += y - p
             state.sum_y += y
-            state.sum_y2 += y * y
             if state.n_labels > self.s.label_window:
                 old_p, old_y = state.labels.popleft()
                 state.n_labels -= 1
                 state.sum_res -= old_y - old_p
                 state.sum_y -= old_y
-                state.sum_y2 -= old_y * old_y
 
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s.  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
+# step, ttl_s, label_prior.  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
 local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -178,18 +189,17 @@ local window, lwindow = tonumber(ARGV[5]), tonumber(ARGV[6])
 local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local prior = tonumber(ARGV[15])
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
   redis.call('RPUSH', ll, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_res', x - p)
   redis.call('HINCRBYFLOAT', h, 'sum_y', x)
-  redis.call('HINCRBYFLOAT', h, 'sum_y2', x * x)
   if redis.call('LLEN', ll) > lwindow then
     local op, oy = split(redis.call('LPOP', ll))
     redis.call('HINCRBYFLOAT', h, 'sum_res', op - oy)
     redis.call('HINCRBYFLOAT', h, 'sum_y', -oy)
-    redis.call('HINCRBYFLOAT', h, 'sum_y2', -oy * oy)
   end
 else
   redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
@@ -203,16 +213,19 @@ else
   local n = redis.call('LLEN', dl)
   if n >= min_dec then
     local nl = redis.call('LLEN', ll)
-    local residual = 0
-    local lower = 0
+    local residual, weight, ci_half, lower = 0, 0, 0, 0
     if nl >= min_lab then
-      residual = num('sum_res') / nl
-      local mean = num('sum_y') / nl
-      local var = math.max(num('sum_y2') / nl - mean * mean, 0) * nl / math.max(nl - 1, 1)
-      if mean - 1.96 * math.sqrt(var / nl) > tau then lower = dmin end
+      weight = nl / (nl + prior)
+      residual = weight * num('sum_res') / nl
+      local mean, z2 = num('sum_y') / nl, 1.96 * 1.96
+      local centre = (mean + z2 / (2 * nl)) / (1 + z2 / nl)
+      local half = 1.96 * math.sqrt(math.max(mean * (1 - mean), 0) / nl + z2 / (4 * nl * nl)) / (1 + z2 / nl)
+      ci_half = mean - (centre - half)
+      if centre - half > tau then lower = dmin end
     end
     local p_hat = num('sum_p') / n + residual
-    local delta = (1 - decay) * num('delta') + step * (tau + margin - p_hat)
+    local target = tau + (1 - weight) * margin + weight * ci_half
+    local delta = (1 - decay) * num('delta') + step * (target - p_hat)
     delta = math.min(math.max(delta, lower), dmax)
     redis.call('HSET', h, 'delta', string.format('%.17g', delta))
     local infeasible = 0
@@ -247,7 +260,7 @@ class RedisBackend:
     def _args(self, kind: str, tau: float, p: float, x: float) -> list[Any]:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
-                s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s]
+                s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
@@ -267,7 +280,7 @@ class RedisBackend:
         f = lambda name: float(values.get(name, 0.0))  # noqa: E731
         return WindowState(
             n=int(n), sum_p=f("sum_p"), sum_best=f("sum_best"), n_labels=int(n_labels), sum_res=f("sum_res"),
-            sum_y=f("sum_y"), sum_y2=f("sum_y2"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
+            sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
         )
 
 
@@ -339,7 +352,7 @@ class ComplianceController:
 
     def snapshot(self, state_key: str) -> dict[str, Any]:
         state: WindowState = self._call("state", state_key)
-        realised, lo, hi = realised_bounds(state.n_labels, state.sum_y, state.sum_y2)
+        realised, lo, hi = realised_bounds(state.n_labels, state.sum_y)
         return {
             "n": state.n,
             "p_mean": state.sum_p / state.n if state.n else math.nan,

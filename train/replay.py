@@ -241,7 +241,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--length", type=int, default=4000, help="requests per stream")
     parser.add_argument("--shift-at", type=int, default=1000, help="scenario hardest: first shifted request")
     parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau")
-    parser.add_argument("--min-group-rows", type=int, default=200, help="test rows the easiest/hardest pools hold at least")
+    parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least")
     parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each)")
     parser.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="tiers (default: middles of tau_range's thirds)")
     parser.add_argument("--compliance", default="{}", metavar="JSON", help="ComplianceSettings fields, e.g. '{\"step\": 0.05}'")

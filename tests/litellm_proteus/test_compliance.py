@@ -9,7 +9,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from litellm_proteus.compliance import ComplianceController, ComplianceSettings, state_key_for
+from litellm_proteus.compliance import ComplianceController, ComplianceSettings, realised_bounds, state_key_for
 
 TAU = 0.8
 KEY = "tier:standard"
@@ -17,7 +17,7 @@ KEY = "tier:standard"
 
 def settings(**overrides) -> ComplianceSettings:
     base = dict(step=0.1, window=10, label_window=20, min_decisions=5, min_labels=5, decay=0.0, margin=0.0,
-                delta_min=-0.05, delta_max=0.3)
+                delta_min=-0.05, delta_max=0.3, label_prior=10.0)
     return ComplianceSettings(**{**base, **overrides})
 
 
@@ -51,25 +51,27 @@ def test_margin_defaults_to_the_artifacts():
 
 
 def test_labels_win_over_predictions():
-    controller = ComplianceController(settings())
-    for _ in range(10):  # predicted 0.9, realised 0.6: the residual -0.3 moves p_hat to 0.6
+    controller = ComplianceController(settings(margin=0.03))
+    for _ in range(10):  # predicted 0.9, realised 0.6: half-weighted (10 labels, prior 10) residual -0.15
         controller.record_feedback(KEY, TAU, 0.9, 0.6)
     feed(controller, [0.9] * 5)
-    assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * 0.2)
+    ci_half = 0.6 - realised_bounds(10, 6.0)[1]
+    target = TAU + 0.5 * 0.03 + 0.5 * ci_half  # the margin gives way to the labels' uncertainty
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * (target - 0.75))
     snap = controller.snapshot(KEY)
     assert snap["n_labels"] == 10 and snap["residual"] == pytest.approx(-0.3) and snap["realised_mean"] == pytest.approx(0.6)
 
 
 def test_delta_goes_below_zero_only_when_the_labels_lower_bound_is_above_tau():
-    sure = ComplianceController(settings())
-    for outcome in [1.0] * 19 + [0.0]:  # realised 0.95, lower 95 % bound ~0.85 > tau
+    sure = ComplianceController(settings(label_window=200))
+    for outcome in [1.0] * 98 + [0.0] * 2:  # realised 0.98, Wilson lower 95 % bound ~0.93 > tau
         sure.record_feedback(KEY, TAU, 0.9, outcome)
     feed(sure, [0.9] * 50)
     assert sure.control(KEY, TAU).delta == pytest.approx(-0.05)  # delta_min
     assert sure.snapshot(KEY)["realised_ci95"][0] > TAU
 
     unsure = ComplianceController(settings())
-    for outcome in [1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0]:  # mean 0.75... lower bound far under tau
+    for outcome in [1.0] * 19 + [0.0]:  # realised 0.95 but 20 labels: Wilson lower bound ~0.76 < tau
         unsure.record_feedback(KEY, TAU, 0.75, outcome)
     feed(unsure, [0.95] * 50)
     assert unsure.control(KEY, TAU).delta == 0.0
