@@ -175,3 +175,12 @@ def test_redis_killed_falls_back_to_local_state_without_raising(redis_server, ca
     assert not controller.shared and control.delta > 0 and not math.isnan(control.delta)
     assert controller.snapshot(KEY)["n"] == 10  # the local window
     assert sum("Redis failed" in r.getMessage() for r in caplog.records) == 1  # said once
+
+
+def test_proxy_config_key_switches_it_off_and_names_bad_fields():
+    from litellm_proteus.config import ProteusConfig, ProteusConfigError
+
+    assert ProteusConfig.parse({}).compliance.enabled  # default on
+    assert not ProteusConfig.parse({"compliance": {"enabled": False}}).compliance.enabled
+    with pytest.raises(ProteusConfigError, match=r"compliance\.stepp: .*allowed: \[.*'step'"):
+        ProteusConfig.parse({"compliance": {"stepp": 0.1}})
