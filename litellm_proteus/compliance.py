@@ -7,12 +7,12 @@ After every decision the tau offset moves::
 
     w      = n_labels / (n_labels + label_prior)       (0 below min_labels labels)
     p_hat  = mean(p_chosen) + w * mean(label - p)      (labels win as they accumulate)
-    target = tau + (1 - w) * margin + w * (mean(label) - lower95(label))
+    target = tau + min(margin, (1 - w) * margin + w * (mean(label) - lower95(label)))
     delta <- clip((1 - decay) * delta + step * (target - p_hat), lower, delta_max)
     lower  = delta_min if lower95(label) > tau, else 0  (Wilson bound)
 
-Without labels the margin covers what predictions miss of a shift; with labels it gives way to the
-labels' own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
+Without labels the margin covers what predictions miss of a shift; labels can only shrink it, to
+their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
 
 and the router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
@@ -122,7 +122,7 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
         if low > tau:
             lower = s.delta_min
     p_hat = state.sum_p / state.n + residual
-    target = tau + (1.0 - weight) * margin + weight * ci_half
+    target = tau + min(margin, (1.0 - weight) * margin + weight * ci_half)
     moved = (1.0 - s.decay) * state.delta + s.step * (target - p_hat)
     state.delta = min(max(moved, lower), s.delta_max)
     state.infeasible = state.sum_best / state.n + residual < tau
@@ -224,7 +224,7 @@ else
       if centre - half > tau then lower = dmin end
     end
     local p_hat = num('sum_p') / n + residual
-    local target = tau + (1 - weight) * margin + weight * ci_half
+    local target = tau + math.min(margin, (1 - weight) * margin + weight * ci_half)
     local delta = (1 - decay) * num('delta') + step * (target - p_hat)
     delta = math.min(math.max(delta, lower), dmax)
     redis.call('HSET', h, 'delta', string.format('%.17g', delta))

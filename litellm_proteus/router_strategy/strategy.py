@@ -42,11 +42,11 @@ from ..engine import (
     DecisionEngine,
     DecisionRequest,
     TauError,
+    TauResolution,
     TierChoice,
     exclude_failed,
     failed_deployment_ids,
     request_tau,
-    TauResolution,
     resolve_tau,
     tier_from_metadata,
 )

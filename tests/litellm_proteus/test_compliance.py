@@ -51,12 +51,12 @@ def test_margin_defaults_to_the_artifacts():
 
 
 def test_labels_win_over_predictions():
-    controller = ComplianceController(settings(margin=0.03))
+    controller = ComplianceController(settings(margin=0.3))
     for _ in range(10):  # predicted 0.9, realised 0.6: half-weighted (10 labels, prior 10) residual -0.15
         controller.record_feedback(KEY, TAU, 0.9, 0.6)
     feed(controller, [0.9] * 5)
     ci_half = 0.6 - realised_bounds(10, 6.0)[1]
-    target = TAU + 0.5 * 0.03 + 0.5 * ci_half  # the margin gives way to the labels' uncertainty
+    target = TAU + 0.5 * 0.3 + 0.5 * ci_half  # the margin gives way to the labels' uncertainty
     assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * (target - 0.75))
     snap = controller.snapshot(KEY)
     assert snap["n_labels"] == 10 and snap["residual"] == pytest.approx(-0.3) and snap["realised_mean"] == pytest.approx(0.6)
@@ -184,3 +184,11 @@ def test_proxy_config_key_switches_it_off_and_names_bad_fields():
     assert not ProteusConfig.parse({"compliance": {"enabled": False}}).compliance.enabled
     with pytest.raises(ProteusConfigError, match=r"compliance\.stepp: .*allowed: \[.*'step'"):
         ProteusConfig.parse({"compliance": {"stepp": 0.1}})
+
+
+def test_few_uncertain_labels_never_raise_the_target_above_the_margin():
+    controller = ComplianceController(settings(margin=0.01))
+    for outcome in [1.0, 0.0] * 5:  # 10 labels, realised = predicted = 0.5: residual 0, wide interval
+        controller.record_feedback(KEY, TAU, 0.5, outcome)
+    feed(controller, [0.805] * 5)  # p_hat = 0.805 = tau + margin / 2: one step of 0.1 * 0.005
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * 0.005)
