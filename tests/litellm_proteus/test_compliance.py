@@ -192,3 +192,19 @@ def test_few_uncertain_labels_never_raise_the_target_above_the_margin():
         controller.record_feedback(KEY, TAU, 0.5, outcome)
     feed(controller, [0.805] * 5)  # p_hat = 0.805 = tau + margin / 2: one step of 0.1 * 0.005
     assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * 0.005)
+
+
+def test_predictor_routes_at_tau_plus_delta(make_artifact):
+    import numpy as np
+
+    from litellm_proteus.predictor import Candidate, ProteusPredictor
+
+    predictor = ProteusPredictor(make_artifact(["small", "large"]))
+    emb = np.random.default_rng(0).normal(size=(2, 384)).astype(np.float32)
+    candidates = [[Candidate(0, 0.001), Candidate(1, 0.01)]] * 2
+    plain, offset = predictor.decide_embeddings(emb, [0.75, 0.75], candidates, deltas=[0.0, 0.1])
+    assert (plain.delta, offset.delta) == (0.0, 0.1)
+    assert offset.tau_effective == plain.tau_effective == 0.75  # the promise stays tau; the policy sees more
+    assert offset.policy_tau == predictor.taus.policy_tau(0.85) and plain.policy_tau == predictor.taus.policy_tau(0.75)
+    with pytest.raises(ValueError, match="deltas must have one entry per request"):
+        predictor.decide_embeddings(emb, [0.75, 0.75], candidates, deltas=[0.1])
