@@ -32,7 +32,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,13 +126,6 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
     moved = (1.0 - s.decay) * state.delta + s.step * (target - p_hat)
     state.delta = min(max(moved, lower), s.delta_max)
     state.infeasible = state.sum_best / state.n + residual < tau
-
-
-class Backend(Protocol):
-    def read(self, key: str) -> tuple[float, bool]: ...
-    def decision(self, key: str, tau: float, p: float, p_best: float) -> None: ...
-    def feedback(self, key: str, p: float, y: float) -> None: ...
-    def state(self, key: str) -> WindowState: ...
 
 
 class LocalBackend:
