@@ -13,7 +13,9 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -85,6 +87,50 @@ class TauCalibration(BaseModel):
         return self
 
 
+class SlotCalibration(BaseModel):
+    """One slot's map raw p -> calibrated p: isotonic (piecewise-linear through the fitted blocks'
+    (mean raw p, mean outcome), flat beyond the ends), Platt (sigmoid(a * logit(p) + b)) or identity."""
+
+    model_config = ConfigDict(extra="forbid")
+    method: Literal["isotonic", "platt", "identity"]
+    x: list[float] = Field(default_factory=list, description="isotonic: raw p knots, increasing")
+    y: list[float] = Field(default_factory=list, description="isotonic: calibrated p at the knots, non-decreasing")
+    a: float = 1.0
+    b: float = 0.0
+
+    @model_validator(mode="after")
+    def _check(self) -> "SlotCalibration":
+        if self.method == "isotonic":
+            if len(self.x) != len(self.y) or not self.x:
+                raise ValueError("isotonic calibration needs equally long, non-empty x and y")
+            if any(b < a for a, b in zip(self.x, self.x[1:])) or any(b < a for a, b in zip(self.y, self.y[1:])):
+                raise ValueError("isotonic calibration x and y must be non-decreasing")
+        return self
+
+    def apply(self, p: np.ndarray) -> np.ndarray:
+        if self.method == "isotonic":
+            return np.interp(p, self.x, self.y)
+        if self.method == "platt":
+            clipped = np.clip(p, 1e-6, 1 - 1e-6)
+            return 1.0 / (1.0 + np.exp(-(self.a * np.log(clipped / (1 - clipped)) + self.b)))
+        return np.asarray(p, dtype=np.float64)
+
+
+class PCalibration(BaseModel):
+    """Per-slot calibration of the performance head's p_i(x), fit in training (``train/p_calibration.py``).
+    Routing scores keep the raw p; decisions report, and the compliance controller uses, calibrated p."""
+
+    model_config = ConfigDict(extra="forbid")
+    slots: list[SlotCalibration]
+    fitted_on: str = Field("", description="which rows it was fit on")
+    metrics: dict[str, Any] = Field(default_factory=dict, description="ECE / log-loss before and after")
+
+    def apply(self, p: np.ndarray) -> np.ndarray:
+        """[N, K] raw p (columns in slot order) -> calibrated p."""
+        p = np.asarray(p, dtype=np.float64)
+        return np.stack([cal.apply(p[:, k]) for k, cal in enumerate(self.slots)], axis=1) if len(p) else p
+
+
 class DataRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
     paths: list[str] = Field(default_factory=list)
@@ -110,6 +156,7 @@ class Manifest(BaseModel):
     avg_input_tokens: dict[str, float] = Field(default_factory=dict)
     avg_output_tokens: dict[str, float] = Field(default_factory=dict)
     calibration: TauCalibration = Field(default_factory=TauCalibration)
+    p_calibration: PCalibration | None = Field(None, description="per-slot p calibration; absent: raw p")
     training: dict[str, Any] = Field(default_factory=dict)
     data: DataRecord = Field(default_factory=DataRecord)
     metrics: dict[str, Any] = Field(default_factory=dict)
@@ -131,7 +178,15 @@ class Manifest(BaseModel):
             if not (0.0 < lo < hi <= 1.0):
                 raise ValueError(f"{name} must satisfy 0 < lo < hi <= 1; got [{lo}, {hi}]")
         CostNormalizer.from_dict(self.cost_normalization)
+        if self.p_calibration is not None and len(self.p_calibration.slots) != len(self.models):
+            raise ValueError(
+                f"p_calibration.slots has {len(self.p_calibration.slots)} entries for {len(self.models)} model slots"
+            )
         return self
+
+    def calibrated_p(self, p: np.ndarray) -> np.ndarray:
+        """[N, K] raw p -> calibrated p (unchanged without ``p_calibration``)."""
+        return np.asarray(p, dtype=np.float64) if self.p_calibration is None else self.p_calibration.apply(p)
 
     @property
     def cost_normalizer(self) -> CostNormalizer:

@@ -1,4 +1,4 @@
-"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench | feedback | compliance`` (``proteus SUB --help``).
+"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench | feedback | compliance | calibrate-p | replay`` (``proteus SUB --help``).
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.  Bad
@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("proteus_train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
     "feedback": ("litellm_proteus.feedback_cli", "send an outcome score in [0, 1] for one routed request"),
     "compliance": ("proteus_train.compliance_report", "per-tier compliance report (and figure) from a decision log"),
+    "calibrate-p": ("proteus_train.p_calibration", "add per-slot p calibration to an existing artifact (from its validation split)"),
+    "replay": ("proteus_train.replay", "replay a test split under mix shift through predictor + compliance controller"),
 }
 
 

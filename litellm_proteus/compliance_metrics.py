@@ -8,7 +8,7 @@
   controller's tau offset and infeasible flag;
 - ``proteus_decision_log_dropped_total``: records the decision log's full queue dropped.
 
-With a compliance controller on the strategy (``strategy.controller``), every gauge is read from its
+With a compliance controller on the strategy (``strategy.compliance``), every gauge is read from its
 ``snapshot(state_key)`` (state shared through Redis).  Without one, this process keeps the last
 ``WINDOW`` decisions and ``WINDOW`` labels per state key, and delta / infeasible stay 0.  Decisions
 refresh a state key's gauges at most every ``EXPORT_EVERY_S``; feedback refreshes them at once.  Under
@@ -18,6 +18,7 @@ workers set most recently (``multiprocess_mode="livemostrecent"``).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -108,10 +109,10 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict
     snapshot = controller.snapshot(state_key) if controller is not None else local_snapshot(state_key)
     g = gauges()
     if g is not None:
-        if snapshot.get("p_mean") is not None:
-            g.predicted.labels(state_key).set(float(snapshot["p_mean"]))
-        if snapshot.get("realised_mean") is not None:
-            g.realised.labels(state_key).set(float(snapshot["realised_mean"]))
+        for gauge, field in ((g.predicted, "p_mean"), (g.realised, "realised_mean")):
+            value = snapshot.get(field)
+            if value is not None and math.isfinite(value):  # the controller says NaN for an empty window
+                gauge.labels(state_key).set(float(value))
         g.labels.labels(state_key).set(float(snapshot.get("n_labels") or 0))
         g.delta.labels(state_key).set(float(snapshot.get("delta") or 0.0))
         g.infeasible.labels(state_key).set(1.0 if snapshot.get("infeasible") else 0.0)

@@ -30,6 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .compliance import ComplianceSettings
+
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
@@ -168,6 +170,9 @@ class ProteusConfig(BaseModel):
     tier_metadata_key: str = Field("proteus_tier", description="key/team metadata field naming the tier")
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
+    compliance: ComplianceSettings = Field(
+        default_factory=ComplianceSettings, description="live compliance controller (docs/live-compliance.md)"
+    )
     log_decisions: bool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     allow_direct_deployments: bool = Field(

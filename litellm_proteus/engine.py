@@ -105,6 +105,7 @@ class DecisionRequest:
     messages: Sequence[Mapping[str, Any]] | None  # for counting prompt tokens (None: count ``text``)
     tau: float
     candidates: Sequence[ScoredDeployment]
+    delta: float = 0.0  # compliance controller's offset: route at calibrated(tau + delta)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,9 @@ class DecisionEngine:
         ]
         if self.predictor is None:
             raise RuntimeError("DecisionEngine.decide needs a predictor")
-        decisions = self.predictor.decide([r.text for r in requests], [r.tau for r in requests], candidates)
+        decisions = self.predictor.decide(
+            [r.text for r in requests], [r.tau for r in requests], candidates, [r.delta for r in requests]
+        )
         return [
             Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands))
             for d, n, cands in zip(decisions, tokens, candidates)

@@ -5,7 +5,9 @@
   ``x-proteus-tier``, ``x-proteus-mu``, ``x-proteus-model`` (the trained slot),
   ``x-proteus-tau-clamped: true`` when tau was outside the artifact's trained range, and
   ``x-proteus-tau-capped: true`` when the request asked above its tier's tau; with either,
-  ``x-proteus-tau-requested`` shows the tau asked for; ``x-proteus-device``: where the decision ran.
+  ``x-proteus-tau-requested`` shows the tau asked for; ``x-proteus-device``: where the decision ran.  ``x-proteus-delta``: the compliance
+  controller's offset (routed at calibrated(tau + delta)); ``x-proteus-infeasible: true`` when even
+  the top operating point is predicted below tau on the recent window.
 - Log: logger ``litellm_proteus.decisions``, INFO, one JSON object per decision.
 - Prometheus (``prometheus_client`` default registry, which LiteLLM's ``prometheus`` callback
   serves on ``/metrics``): ``proteus_decisions_total{model_group,tier,tau_source,model}``,
@@ -49,6 +51,9 @@ class DecisionRecord:
     cost_usd: float  # estimated cost of this request on the chosen deployment
     latency_ms: float
     device: str = ""  # where the decision ran (cpu, cuda, cuda:N); "" = not recorded
+    delta: float = 0.0  # compliance controller's tau offset
+    infeasible: bool = False
+    state_key: str = ""  # compliance controller state (tier:<name> | tau:<bucket>)
 
     def headers(self) -> dict[str, str]:
         headers = {
@@ -57,7 +62,10 @@ class DecisionRecord:
             "x-proteus-tier": self.tier,
             "x-proteus-mu": f"{self.mu:.4f}",
             "x-proteus-model": self.model,
+            "x-proteus-delta": f"{self.delta:.4f}",
         }
+        if self.infeasible:
+            headers["x-proteus-infeasible"] = "true"
         if self.clamped:
             headers["x-proteus-tau-clamped"] = "true"
         if self.capped:

@@ -35,9 +35,10 @@ class Decision:
     tau_requested: float
     tau_effective: float  # after clamping to the artifact's tau_range
     clamped: bool
-    p: tuple[float, ...]  # predicted correctness per candidate
-    scores: tuple[float, ...]
+    p: tuple[float, ...]  # predicted correctness per candidate (calibrated when the artifact has p_calibration)
+    scores: tuple[float, ...]  # eq. 2 on the raw p the policy was trained with
     policy_tau: float | None = None  # the calibrated tau the policy saw (one of two when mixing)
+    delta: float = 0.0  # the compliance controller's offset: routed at calibrated(tau_effective + delta)
 
 
 def mixing_draw(text: str) -> float:
@@ -162,10 +163,14 @@ class ProteusPredictor:
         return self.manifest.models
 
     def decide(
-        self, texts: Sequence[str], taus: Sequence[float], candidates: Sequence[Sequence[Candidate]]
+        self,
+        texts: Sequence[str],
+        taus: Sequence[float],
+        candidates: Sequence[Sequence[Candidate]],
+        deltas: Sequence[float] | None = None,
     ) -> list[Decision]:
         draws = [mixing_draw(t) for t in texts] if self.mix_operating_points else None
-        return self.decide_embeddings(self.encoder.encode(texts), taus, candidates, draws)
+        return self.decide_embeddings(self.encoder.encode(texts), taus, candidates, draws, deltas)
 
     def decide_embeddings(
         self,
@@ -173,19 +178,26 @@ class ProteusPredictor:
         taus: Sequence[float],
         candidates: Sequence[Sequence[Candidate]],
         draws: Sequence[float] | None = None,
+        deltas: Sequence[float] | None = None,
     ) -> list[Decision]:
         """``draws``: each request's ``mixing_draw`` (``decide`` hashes the prompts); None routes
-        every request at the single calibrated policy tau that meets its tau alone."""
+        every request at the single calibrated policy tau that meets its tau alone.  ``deltas``: the
+        compliance controller's offsets, routing each request at calibrated(tau_effective + delta)
+        (past the top of the table: the top operating point)."""
         torch = self._torch
         if not (len(embeddings) == len(taus) == len(candidates)):
             raise ValueError("embeddings, taus and candidates must have the same length")
         if draws is not None and len(draws) != len(taus):
             raise ValueError("draws must have one entry per request")
+        if deltas is not None and len(deltas) != len(taus):
+            raise ValueError("deltas must have one entry per request")
         if any(len(c) == 0 for c in candidates):
             raise ValueError("every request needs at least one candidate deployment")
         effective = [self.taus.effective(t) for t in taus]
+        offsets = [0.0] * len(taus) if deltas is None else [float(d) for d in deltas]
         policy_taus = [
-            self.taus.policy_tau(t, None if draws is None else draws[row]) for row, (t, _) in enumerate(effective)
+            self.taus.policy_tau(t + offsets[row], None if draws is None else draws[row])
+            for row, (t, _) in enumerate(effective)
         ]
         tau_norm = torch.tensor([self.manifest.tau_norm(t) for t in policy_taus], dtype=torch.float32)
         with torch.inference_mode():
@@ -210,7 +222,11 @@ class ProteusPredictor:
         s = routing_scores(p, mu, boost[slots_t], gamma, cost_norm)
         valid = torch.arange(width).unsqueeze(0) < torch.tensor(sizes).unsqueeze(1)
         best_all = s.masked_fill(~valid, float("-inf")).argmax(dim=1).tolist()
-        p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
+        if self.manifest.p_calibration is None:
+            p_rows = p.tolist()
+        else:  # calibrated in slot order, then gathered per candidate like p
+            p_rows = np.take_along_axis(self.manifest.calibrated_p(p_all.numpy()), slots, axis=1).tolist()
+        s_rows, mu_rows = s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):
             best, n = best_all[row], sizes[row]
@@ -227,6 +243,7 @@ class ProteusPredictor:
                     p=tuple(p_rows[row][:n]),
                     scores=tuple(s_rows[row][:n]),
                     policy_tau=policy_taus[row],
+                    delta=offsets[row],
                 )
             )
         return decisions

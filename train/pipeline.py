@@ -14,7 +14,8 @@ Pipeline (``train(config)``):
    eq. 4 taken in expectation over the model choice softmax(eq. 2 / T) -- exact, since the logs hold
    every model's outcome, and far less noisy than sampling one model -- and the dual update of eq. 3
    every 5 batches on the accuracy of deterministic (argmax) routing;
-5. calibrate on validation + out-of-fold training rows: a monotone table requested tau -> policy tau
+5. calibrate on validation + out-of-fold training rows: each slot's p_i(x) (isotonic or Platt,
+   ``p_calibration.py``) and a monotone table requested tau -> policy tau
    such that accuracy meets the requested tau (+ margin); the declared tau range is where that is
    possible (never using the test split).  Also the cost frontier of those operating points: the
    runtime reaches a tau between two frontier points by routing a prompt-hash share of queries at
@@ -52,6 +53,7 @@ from .config import TrainConfig
 from .data import read_price_file
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
+from .p_calibration import fit_p_calibration
 from .heads import fit_boosts, fit_performance_head, masked_bce, out_of_fold_predictions
 from .ppo import train_policy
 from .routing import fill_missing_costs
@@ -213,6 +215,14 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         data.scores[val_idx], val_p, config.tau_below_best
     )
     log.info("tau training range [%.4f, %.4f]", *tau_range)
+    # Calibrated p (what decisions report and the compliance controller steers by): validation and
+    # out-of-fold training rows, the same rows the tau table is calibrated on.
+    p_calibration = fit_p_calibration(
+        np.concatenate([val_p, p_oof.numpy()]),
+        np.concatenate([data.scores[val_idx], data.scores[train_idx]]),
+        fitted_on="validation+out-of-fold",
+        seed=config.seed,
+    )
 
     t0 = time.perf_counter()
     normalizer, history, lambdas = train_policy(
@@ -275,6 +285,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
             data.subset(train_idx), None if data.output_tokens is None else data.output_tokens[train_idx], 256.0
         ),
         calibration=calibration,
+        p_calibration=p_calibration,
         training={
             "config": train_config,
             "device": device,

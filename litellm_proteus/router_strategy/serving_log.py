@@ -24,6 +24,7 @@ from ..decision_log import (
     outcome_record,
     redis_client,
 )
+from ..compliance import Control
 from ..costs import deployment_id
 from ..engine import Routed, ScoredDeployment, TauResolution
 from ..request import METADATA_KEYS, ProteusRequest
@@ -50,11 +51,6 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
         return _logs[key]
 
 
-def state_key_of(decision: Any, tier: str) -> str:
-    """The controller's state key when the decision carries one, else the tier's."""
-    return getattr(decision, "state_key", None) or f"tier:{tier}"
-
-
 def log_routed(
     strategy: Any,
     request_kwargs: dict,
@@ -63,13 +59,14 @@ def log_routed(
     routed: Routed,
     scored: Sequence[ScoredDeployment],
     request: ProteusRequest,
+    control: Control,
 ) -> None:
     """Record one PROTEUS decision: decision log (when configured) and compliance gauges."""
     decision = routed.decision
-    state_key = state_key_of(decision, resolution.tier)
+    state_key = control.state_key
     p = [float(x) for x in decision.p]
     compliance_metrics.record_decision(state_key, p[decision.index])
-    compliance_metrics.export(state_key, getattr(strategy, "controller", None), compliance_metrics.EXPORT_EVERY_S)
+    compliance_metrics.export(state_key, getattr(strategy, "compliance", None), compliance_metrics.EXPORT_EVERY_S)
     if strategy.decision_log is None:
         return
     # The proxy sets litellm_call_id before routing (retries share it); a Router SDK call without
@@ -86,7 +83,7 @@ def log_routed(
         tau=resolution.tau,
         tau_requested=resolution.requested,
         tau_effective=float(decision.tau_effective),
-        delta=float(getattr(decision, "delta", 0.0) or 0.0),
+        delta=float(control.delta),
         mu=float(decision.mu),
         model_group=model_group,
         candidates=[
@@ -104,9 +101,9 @@ def log_routed(
 
 
 def on_feedback(strategy: Any, decision: dict, score: float) -> None:
-    """Feedback for one logged decision: the compliance gauges (and, when merged, the controller)."""
+    """Feedback for one logged decision: the compliance gauges (the strategy also hands it to the controller)."""
     compliance_metrics.record_feedback(decision["state_key"], score)
-    compliance_metrics.export(decision["state_key"], getattr(strategy, "controller", None))
+    compliance_metrics.export(decision["state_key"], getattr(strategy, "compliance", None))
 
 
 def _decision_metadata(kwargs: dict) -> dict | None:

@@ -33,10 +33,12 @@ from litellm.router_utils.handle_error import async_raise_no_deployment_exceptio
 from litellm.types.router import CustomRoutingStrategyBase
 
 from ..artifact import DEFAULT_ARTIFACT_DIR
+from ..compliance import Control, shared_controller, state_key_for
+from ..decision_log import chosen_p
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
-from ..engine import DecisionEngine, DecisionRequest, exclude_failed, resolve_tau
+from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
 from ..observability import DecisionRecord, RateLimitedWarnings, log_decision, record_metrics, record_tier_error
 from ..tiers import TierStore, TierStoreError, hash_key
@@ -120,6 +122,13 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
         # decision log writer and feedback desk (None without routing_strategy_args.decision_log)
         self.decision_log, self.feedback_desk = serving_log.shared_decision_log(config) or (None, None)
+        redis = config.redis
+        self.compliance = shared_controller(
+            config.compliance,
+            redis.connection_url() if redis else None,
+            redis.timeout_ms / 1000.0 if redis else 0.05,
+            engine.manifest.calibration.margin,
+        )
 
     @property
     def router(self) -> Any:
@@ -275,8 +284,12 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             )
         tier = await self._tier(request)
         resolution = resolve_tau(self.config, request.tau, tier)
-        routed = await self.batcher.submit(DecisionRequest(request.text, request.messages, resolution.tau, scored))
+        control = self._control(resolution)
+        routed = await self.batcher.submit(
+            DecisionRequest(request.text, request.messages, resolution.tau, scored, control.delta)
+        )
         decision = routed.decision
+        self.compliance.record_decision(control.state_key, decision.tau_effective, decision.p[decision.index], max(decision.p))
         chosen = scored[decision.index]
         record = DecisionRecord(
             model_group=model,
@@ -296,6 +309,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             cost_usd=routed.cost_usd,
             latency_ms=(time.perf_counter() - start) * 1000.0,
             device=str(self.engine.predictor.device),
+            delta=control.delta,
+            infeasible=control.infeasible,
+            state_key=control.state_key,
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
         if not isinstance(request_kwargs.get(metadata_key), dict):
@@ -304,12 +320,21 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         if self.config.log_decisions:
             log_decision(record)
         record_metrics(record)
-        serving_log.log_routed(self, request_kwargs, model, resolution, routed, scored, request)
+        serving_log.log_routed(self, request_kwargs, model, resolution, routed, scored, request, control)
         return chosen.deployment
 
     def on_feedback(self, decision_record: dict, score: float) -> None:
         """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
         serving_log.on_feedback(self, decision_record, score)
+        self.compliance.record_feedback(
+            decision_record["state_key"], decision_record["tau"], chosen_p(decision_record), score
+        )
+
+    def _control(self, resolution: TauResolution) -> Control:
+        """The compliance controller's offset for this request's state (tier, or tau bucket)."""
+        tau = self.engine.predictor.taus.effective(resolution.tau)[0]
+        key = state_key_for(resolution.tier, resolution.source, tau, self.config.compliance.tau_bucket)
+        return self.compliance.control(key, tau)
 
     # -- tiers ----------------------------------------------------------------------------------
     async def _tier(self, request: ProteusRequest) -> TierChoice | None:

@@ -211,8 +211,8 @@ class RecordingPredictor:
     def __init__(self):
         self.calls = []
 
-    def decide(self, texts, taus, candidates):
-        self.calls.append((list(texts), list(taus), candidates))
+    def decide(self, texts, taus, candidates, deltas=None):
+        self.calls.append((list(texts), list(taus), candidates, deltas))
         return [
             Decision(0, c[0].slot, SLOTS[c[0].slot], 0.5, t, t, False, (0.5,) * len(c), (0.0,) * len(c))
             for t, c in zip(taus, candidates)
@@ -225,9 +225,9 @@ def test_decide_estimates_costs_from_prompt_tokens_and_average_outputs():
     engine = DecisionEngine(manifest, CONFIG, predictor, token_counter=lambda messages, text: 50)
     cands = [engine.score(deployment("a", "gpt-4-1106-preview", prices=(1e-5, 3e-5))),
              engine.score(deployment("b", "x", slot=SLOTS[1], prices=(1e-6, 2e-6)))]
-    routed = engine.decide([DecisionRequest("q", None, 0.8, cands)])
-    (_, taus, candidates), = predictor.calls
-    assert taus == [0.8]
+    routed = engine.decide([DecisionRequest("q", None, 0.8, cands, delta=0.03)])
+    (_, taus, candidates, deltas), = predictor.calls
+    assert taus == [0.8] and deltas == [0.03]  # the controller's offset reaches the predictor
     assert [c.cost_usd for c in candidates[0]] == pytest.approx([50 * 1e-5 + 100 * 3e-5, 50 * 1e-6 + 300 * 2e-6])
     assert routed[0].prompt_tokens == 50 and routed[0].cost_usd == pytest.approx(50 * 1e-5 + 100 * 3e-5)
 

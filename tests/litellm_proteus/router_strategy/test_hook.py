@@ -99,7 +99,7 @@ def test_headers_come_from_the_routers_decision():
         data={"metadata": {"proteus": RECORD.to_dict()}}, user_api_key_dict=None, response=None))
     assert headers == {
         "x-proteus-tau": "0.7", "x-proteus-tau-source": "redis", "x-proteus-tier": "economy", "x-proteus-mu": "0.2500",
-        "x-proteus-model": "gpt-4-1106-preview", "x-proteus-tau-capped": "true", "x-proteus-tau-requested": "0.95",
+        "x-proteus-model": "gpt-4-1106-preview", "x-proteus-delta": "0.0000", "x-proteus-tau-capped": "true", "x-proteus-tau-requested": "0.95",
     }
     assert asyncio.run(proteus_hook.async_post_call_response_headers_hook(
         data={"metadata": {}}, user_api_key_dict=None, response=None)) is None

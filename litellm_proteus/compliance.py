@@ -1,0 +1,387 @@
+"""The live compliance controller: the paper's dual update (eq. 3), run while serving.
+
+Per state (a tier, or a bucket of request-sent taus) it keeps a sliding window of the last
+``window`` decisions -- the calibrated p of the chosen deployment and the best calibrated p among
+the candidates -- and of the last ``label_window`` feedback labels (label - p of that decision).
+After every decision the tau offset moves::
+
+    w      = n_labels / (n_labels + label_prior)       (0 below min_labels labels)
+    p_hat  = mean(p_chosen) + w * mean(label - p)      (labels win as they accumulate)
+    target = tau + min(margin, (1 - w) * margin + w * (mean(label) - lower95(label)))
+    delta <- clip((1 - decay) * delta + step * (target - p_hat), lower, delta_max)
+    lower  = delta_min if lower95(label) > tau, else 0  (Wilson bound)
+
+Without labels the margin covers what predictions miss of a shift; labels can only shrink it, to
+their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
+
+and the router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
+even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
+
+State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
+and instances never race on a read-modify-write) with each process's own copy as fallback: when
+Redis fails the controller says so once, keeps serving on local state and asks Redis again after
+``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
+to the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+logger = logging.getLogger("litellm_proteus.compliance")
+Z_95 = 1.96  # two-sided 95 %: the realised accuracy's bounds
+CLIENT_NAME_PREFIX = "proteus-compliance-"
+
+
+class ComplianceSettings(BaseModel):
+    """``routing_strategy_args.compliance``."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = Field(True, description="false: route at the static calibration, record nothing")
+    step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (tau + margin - p_hat) per decision")
+    window: int = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
+    label_window: int = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")
+    label_prior: float = Field(
+        200.0, gt=0, description="labels that weigh as much as the predictions: the residual's weight is n / (n + label_prior)"
+    )
+    min_decisions: int = Field(50, ge=1, description="decisions before delta moves or infeasible is said")
+    min_labels: int = Field(20, ge=2, description="labels before their residual corrects p_hat")
+    delta_min: float = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
+    delta_max: float = Field(0.3, ge=0, le=1, description="highest delta")
+    decay: float = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
+    margin: float | None = Field(
+        0.01, ge=0, le=0.5, description="without labels p_hat is steered to tau + margin; null: the artifact's tau calibration margin"
+    )
+    tau_bucket: float = Field(0.01, gt=0, le=1, description="width of the buckets request-sent taus share state in")
+    ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
+    retry_after_s: float = Field(10.0, ge=0, le=3600, description="after a Redis failure, local state for this long")
+    key_prefix: str = "proteus:compliance:"
+
+
+@dataclass(frozen=True)
+class Control:
+    tau_target: float  # the tau the policy is asked to route at: tau + delta
+    delta: float
+    infeasible: bool
+    state_key: str
+
+
+def state_key_for(tier: str, tau_source: str, tau: float, bucket: float) -> str:
+    """A request that sends its own tau shares state with others in its tau bucket; all others
+    share their tier's."""
+    if tau_source == "request":
+        return f"tau:{math.floor(round(tau / bucket, 9)) * bucket:.4g}"
+    return f"tier:{tier}"
+
+
+@dataclass
+class WindowState:
+    """One state's window sums and offset (what the Lua script keeps in Redis)."""
+
+    n: int = 0
+    sum_p: float = 0.0
+    sum_best: float = 0.0
+    n_labels: int = 0
+    sum_res: float = 0.0  # label - p
+    sum_y: float = 0.0
+    delta: float = 0.0
+    infeasible: bool = False
+    decisions: deque = field(default_factory=deque)  # (p, p_best)
+    labels: deque = field(default_factory=deque)  # (p, y)
+
+
+def realised_bounds(n: int, sum_y: float) -> tuple[float, float, float]:
+    """(mean, lower, upper) of the labels: Wilson's 95 % interval (sound for few labels too)."""
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean, z2 = sum_y / n, Z_95 * Z_95
+    centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
+    half = Z_95 * math.sqrt(max(mean * (1 - mean), 0.0) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return mean, centre - half, centre + half
+
+
+def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: float) -> None:
+    """The dual step after a decision (mirrored by ``_LUA``)."""
+    if state.n < s.min_decisions:
+        return
+    residual = weight = ci_half = 0.0
+    lower = 0.0
+    if state.n_labels >= s.min_labels:
+        weight = state.n_labels / (state.n_labels + s.label_prior)
+        residual = weight * state.sum_res / state.n_labels
+        mean, low, _ = realised_bounds(state.n_labels, state.sum_y)
+        ci_half = mean - low
+        if low > tau:
+            lower = s.delta_min
+    p_hat = state.sum_p / state.n + residual
+    target = tau + min(margin, (1.0 - weight) * margin + weight * ci_half)
+    moved = (1.0 - s.decay) * state.delta + s.step * (target - p_hat)
+    state.delta = min(max(moved, lower), s.delta_max)
+    state.infeasible = state.sum_best / state.n + residual < tau
+
+
+class LocalBackend:
+    """This process's own state (also the fallback when Redis fails)."""
+
+    def __init__(self, settings: ComplianceSettings, margin: float):
+        self.s, self.margin = settings, margin
+        self._states: dict[str, WindowState] = {}
+        self._lock = threading.Lock()
+
+    def state(self, key: str) -> WindowState:
+        with self._lock:
+            return self._states.setdefault(key, WindowState())
+
+    def read(self, key: str) -> tuple[float, bool]:
+        state = self.state(key)
+        return state.delta, state.infeasible
+
+    def decision(self, key: str, tau: float, p: float, p_best: float) -> None:
+        state = self.state(key)
+        with self._lock:
+            state.decisions.append((p, p_best))
+            state.n += 1
+            state.sum_p += p
+            state.sum_best += p_best
+            if state.n > self.s.window:
+                old_p, old_best = state.decisions.popleft()
+                state.n -= 1
+                state.sum_p -= old_p
+                state.sum_best -= old_best
+            update_delta(state, tau, self.s, self.margin)
+
+    def feedback(self, key: str, p: float, y: float) -> None:
+        state = self.state(key)
+        with self._lock:
+            state.labels.append((p, y))
+            state.n_labels += 1
+            state.sum_res += y - p
+            state.sum_y += y
+            if state.n_labels > self.s.label_window:
+                old_p, old_y = state.labels.popleft()
+                state.n_labels -= 1
+                state.sum_res -= old_y - old_p
+                state.sum_y -= old_y
+
+
+# KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
+# settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
+# step, ttl_s, label_prior.  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
+_LUA = """
+local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
+local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local window, lwindow = tonumber(ARGV[5]), tonumber(ARGV[6])
+local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
+local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
+  tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local prior = tonumber(ARGV[15])
+local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
+local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
+if kind == 'f' then
+  redis.call('RPUSH', ll, ARGV[3] .. ' ' .. ARGV[4])
+  redis.call('HINCRBYFLOAT', h, 'sum_res', x - p)
+  redis.call('HINCRBYFLOAT', h, 'sum_y', x)
+  if redis.call('LLEN', ll) > lwindow then
+    local op, oy = split(redis.call('LPOP', ll))
+    redis.call('HINCRBYFLOAT', h, 'sum_res', op - oy)
+    redis.call('HINCRBYFLOAT', h, 'sum_y', -oy)
+  end
+else
+  redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
+  redis.call('HINCRBYFLOAT', h, 'sum_p', p)
+  redis.call('HINCRBYFLOAT', h, 'sum_best', x)
+  if redis.call('LLEN', dl) > window then
+    local op, ob = split(redis.call('LPOP', dl))
+    redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
+    redis.call('HINCRBYFLOAT', h, 'sum_best', -ob)
+  end
+  local n = redis.call('LLEN', dl)
+  if n >= min_dec then
+    local nl = redis.call('LLEN', ll)
+    local residual, weight, ci_half, lower = 0, 0, 0, 0
+    if nl >= min_lab then
+      weight = nl / (nl + prior)
+      residual = weight * num('sum_res') / nl
+      local mean, z2 = num('sum_y') / nl, 1.96 * 1.96
+      local centre = (mean + z2 / (2 * nl)) / (1 + z2 / nl)
+      local half = 1.96 * math.sqrt(math.max(mean * (1 - mean), 0) / nl + z2 / (4 * nl * nl)) / (1 + z2 / nl)
+      ci_half = mean - (centre - half)
+      if centre - half > tau then lower = dmin end
+    end
+    local p_hat = num('sum_p') / n + residual
+    local target = tau + math.min(margin, (1 - weight) * margin + weight * ci_half)
+    local delta = (1 - decay) * num('delta') + step * (target - p_hat)
+    delta = math.min(math.max(delta, lower), dmax)
+    redis.call('HSET', h, 'delta', string.format('%.17g', delta))
+    local infeasible = 0
+    if num('sum_best') / n + residual < tau then infeasible = 1 end
+    redis.call('HSET', h, 'infeasible', infeasible)
+  end
+end
+redis.call('EXPIRE', h, ttl); redis.call('EXPIRE', dl, ttl); redis.call('EXPIRE', ll, ttl)
+return {tostring(num('delta')), tostring(num('infeasible'))}
+"""
+
+
+class RedisBackend:
+    """State in Redis, shared by every worker and instance; each call one round trip."""
+
+    def __init__(self, settings: ComplianceSettings, margin: float, url: str, timeout_s: float):
+        import os
+
+        import redis
+
+        self.s, self.margin = settings, margin
+        self.client = redis.Redis.from_url(  # named per process: CLIENT LIST shows which workers share the state
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True,
+            client_name=f"{CLIENT_NAME_PREFIX}{os.getpid()}",
+        )
+        self._script = self.client.register_script(_LUA)
+
+    def _keys(self, key: str) -> list[str]:
+        base = self.s.key_prefix + key
+        return [base, base + ":decisions", base + ":labels"]
+
+    def _args(self, kind: str, tau: float, p: float, x: float) -> list[Any]:
+        s = self.s
+        return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
+                s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior]
+
+    def read(self, key: str) -> tuple[float, bool]:
+        delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
+        return float(delta or 0.0), infeasible == "1"
+
+    def decision(self, key: str, tau: float, p: float, p_best: float) -> None:
+        self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best))
+
+    def feedback(self, key: str, p: float, y: float) -> None:
+        self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y))
+
+    def state(self, key: str) -> WindowState:
+        h, dl, ll = self._keys(key)
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hgetall(h).llen(dl).llen(ll)
+        values, n, n_labels = pipe.execute()
+        f = lambda name: float(values.get(name, 0.0))  # noqa: E731
+        return WindowState(
+            n=int(n), sum_p=f("sum_p"), sum_best=f("sum_best"), n_labels=int(n_labels), sum_res=f("sum_res"),
+            sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
+        )
+
+
+class ComplianceController:
+    """``control`` before a decision, ``record_decision`` after it, ``record_feedback`` per label.
+
+    With ``redis_url`` the state is shared through Redis; any Redis failure switches this process to
+    its local state (logged once per outage; no call raises or waits longer than ``timeout_s``).
+    ``artifact_margin``: the artifact's tau calibration margin, the target margin unless the
+    settings name one."""
+
+    def __init__(
+        self,
+        settings: ComplianceSettings | None = None,
+        redis_url: str | None = None,
+        timeout_s: float = 0.05,
+        artifact_margin: float = 0.0,
+    ):
+        self.settings = settings or ComplianceSettings()
+        self.margin = artifact_margin if self.settings.margin is None else self.settings.margin
+        self.local = LocalBackend(self.settings, self.margin)
+        self.redis = RedisBackend(self.settings, self.margin, redis_url, timeout_s) if redis_url else None
+        self._down_until = 0.0
+        self._outage_logged = False
+        self._infeasible_warned: dict[str, float] = {}
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if self.redis is not None and time.monotonic() >= self._down_until:
+            try:
+                result = getattr(self.redis, method)(*args)
+                if self._outage_logged:
+                    logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
+                    self._outage_logged = False
+                return result
+            except Exception as exc:  # any Redis trouble: serve on local state, never fail the request
+                self._down_until = time.monotonic() + self.settings.retry_after_s
+                if not self._outage_logged:
+                    logger.warning(
+                        "PROTEUS compliance: Redis failed (%s); this process keeps its own controller state "
+                        "and retries Redis every %.0f s", exc, self.settings.retry_after_s,
+                    )
+                    self._outage_logged = True
+        return getattr(self.local, method)(*args)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the last calls reached Redis."""
+        return self.redis is not None and time.monotonic() >= self._down_until
+
+    def control(self, state_key: str, tau: float) -> Control:
+        if not self.settings.enabled:
+            return Control(tau, 0.0, False, state_key)
+        delta, infeasible = self._call("read", state_key)
+        if infeasible:
+            self._warn_infeasible(state_key, tau)
+        return Control(tau + delta, delta, infeasible, state_key)
+
+    def record_decision(self, state_key: str, tau: float, p_chosen: float, p_best: float | None = None) -> None:
+        """``p_best``: the highest calibrated p among the candidates (what the top operating point
+        would reach); defaults to ``p_chosen``."""
+        if self.settings.enabled:
+            self._call("decision", state_key, float(tau), float(p_chosen), float(p_chosen if p_best is None else p_best))
+
+    def record_feedback(self, state_key: str, tau: float, p_chosen: float, outcome: float) -> None:
+        if not 0.0 <= outcome <= 1.0:
+            raise ValueError(f"outcome must be in [0, 1]; got {outcome!r}")
+        if self.settings.enabled:
+            self._call("feedback", state_key, float(p_chosen), float(outcome))
+
+    def snapshot(self, state_key: str) -> dict[str, Any]:
+        state: WindowState = self._call("state", state_key)
+        realised, lo, hi = realised_bounds(state.n_labels, state.sum_y)
+        return {
+            "n": state.n,
+            "p_mean": state.sum_p / state.n if state.n else math.nan,
+            "p_best_mean": state.sum_best / state.n if state.n else math.nan,
+            "n_labels": state.n_labels,
+            "realised_mean": realised,
+            "realised_ci95": (lo, hi),
+            "residual": state.sum_res / state.n_labels if state.n_labels else math.nan,
+            "delta": state.delta,
+            "infeasible": state.infeasible,
+        }
+
+    def _warn_infeasible(self, state_key: str, tau: float) -> None:
+        now = time.monotonic()
+        if now - self._infeasible_warned.get(state_key, -math.inf) >= 60.0:
+            if len(self._infeasible_warned) > 1024:
+                self._infeasible_warned.clear()
+            self._infeasible_warned[state_key] = now
+            logger.warning(
+                "PROTEUS compliance: %s is infeasible: even the most accurate candidates are predicted below tau=%.4g "
+                "on the recent window (requests are served at the top operating point and marked "
+                "x-proteus-infeasible: true)", state_key, tau,
+            )
+
+
+_shared: dict[tuple, ComplianceController] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_controller(
+    settings: ComplianceSettings, redis_url: str | None, timeout_s: float, artifact_margin: float
+) -> ComplianceController:
+    """One controller per configuration per process: rebuilt routers keep the local state (and the
+    Redis outage flag) of the ones they replace."""
+    key = (settings.model_dump_json(), redis_url, timeout_s, artifact_margin)
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = ComplianceController(settings, redis_url, timeout_s, artifact_margin)
+        return _shared[key]

@@ -1,0 +1,210 @@
+"""The live compliance controller: window, dual update, labels, delta < 0 rule, decay, infeasible,
+and the Redis-shared state (a real redis-server) with its local fallback."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from litellm_proteus.compliance import ComplianceController, ComplianceSettings, realised_bounds, state_key_for
+
+TAU = 0.8
+KEY = "tier:standard"
+
+
+def settings(**overrides) -> ComplianceSettings:
+    base = dict(step=0.1, window=10, label_window=20, min_decisions=5, min_labels=5, decay=0.0, margin=0.0,
+                delta_min=-0.05, delta_max=0.3, label_prior=10.0)
+    return ComplianceSettings(**{**base, **overrides})
+
+
+def feed(controller: ComplianceController, values, p_best=None, key=KEY) -> None:
+    for p in values:
+        controller.record_decision(key, TAU, p, p if p_best is None else p_best)
+
+
+def test_window_keeps_the_last_decisions_only():
+    controller = ComplianceController(settings())
+    feed(controller, [0.5] * 10 + [0.9] * 10)
+    snap = controller.snapshot(KEY)
+    assert snap["n"] == 10 and snap["p_mean"] == pytest.approx(0.9)
+
+
+def test_delta_follows_the_dual_update_and_waits_for_min_decisions():
+    controller = ComplianceController(settings())
+    feed(controller, [0.7] * 4)
+    assert controller.control(KEY, TAU).delta == 0.0  # fewer than min_decisions
+    feed(controller, [0.7] * 3)  # 3 updates, each + 0.1 * (0.8 - 0.7)
+    control = controller.control(KEY, TAU)
+    assert control.delta == pytest.approx(0.03) and control.tau_target == pytest.approx(TAU + 0.03)
+    feed(controller, [0.7] * 100)
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.3)  # delta_max
+
+
+def test_margin_defaults_to_the_artifacts():
+    controller = ComplianceController(settings(margin=None), artifact_margin=0.02)
+    feed(controller, [0.81] * 5)  # above tau, below tau + margin: one step of 0.1 * 0.01
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.001)
+
+
+def test_labels_win_over_predictions():
+    controller = ComplianceController(settings(margin=0.3))
+    for _ in range(10):  # predicted 0.9, realised 0.6: half-weighted (10 labels, prior 10) residual -0.15
+        controller.record_feedback(KEY, TAU, 0.9, 0.6)
+    feed(controller, [0.9] * 5)
+    ci_half = 0.6 - realised_bounds(10, 6.0)[1]
+    target = TAU + 0.5 * 0.3 + 0.5 * ci_half  # the margin gives way to the labels' uncertainty
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * (target - 0.75))
+    snap = controller.snapshot(KEY)
+    assert snap["n_labels"] == 10 and snap["residual"] == pytest.approx(-0.3) and snap["realised_mean"] == pytest.approx(0.6)
+
+
+def test_delta_goes_below_zero_only_when_the_labels_lower_bound_is_above_tau():
+    sure = ComplianceController(settings(label_window=200))
+    for outcome in [1.0] * 98 + [0.0] * 2:  # realised 0.98, Wilson lower 95 % bound ~0.93 > tau
+        sure.record_feedback(KEY, TAU, 0.9, outcome)
+    feed(sure, [0.9] * 50)
+    assert sure.control(KEY, TAU).delta == pytest.approx(-0.05)  # delta_min
+    assert sure.snapshot(KEY)["realised_ci95"][0] > TAU
+
+    unsure = ComplianceController(settings())
+    for outcome in [1.0] * 19 + [0.0]:  # realised 0.95 but 20 labels: Wilson lower bound ~0.76 < tau
+        unsure.record_feedback(KEY, TAU, 0.75, outcome)
+    feed(unsure, [0.95] * 50)
+    assert unsure.control(KEY, TAU).delta == 0.0
+
+    no_labels = ComplianceController(settings())
+    feed(no_labels, [0.99] * 50)
+    assert no_labels.control(KEY, TAU).delta == 0.0
+
+
+def test_delta_decays_back_to_zero_when_traffic_eases():
+    controller = ComplianceController(settings(decay=0.05))
+    feed(controller, [0.6] * 30)
+    assert controller.control(KEY, TAU).delta > 0.1
+    feed(controller, [0.8] * 200)  # p_hat exactly at tau: only the decay moves delta
+    assert 0.0 <= controller.control(KEY, TAU).delta < 1e-3
+
+
+def test_infeasible_when_even_the_best_candidate_is_below_tau(caplog):
+    controller = ComplianceController(settings())
+    feed(controller, [0.7] * 10, p_best=0.75)
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        first = controller.control(KEY, TAU)
+        controller.control(KEY, TAU)
+    assert first.infeasible and controller.snapshot(KEY)["infeasible"]
+    assert sum("infeasible" in r.getMessage() for r in caplog.records) == 1  # rate-limited
+    feed(controller, [0.7] * 10, p_best=0.9)
+    assert not controller.control(KEY, TAU).infeasible
+
+
+def test_disabled_controller_routes_at_tau_and_records_nothing():
+    controller = ComplianceController(settings(enabled=False))
+    feed(controller, [0.1] * 50)
+    assert controller.control(KEY, TAU) == controller.control(KEY, TAU)
+    control = controller.control(KEY, TAU)
+    assert (control.delta, control.infeasible, control.tau_target) == (0.0, False, TAU)
+    assert controller.snapshot(KEY)["n"] == 0
+
+
+def test_feedback_outside_unit_interval_is_refused():
+    with pytest.raises(ValueError, match=r"outcome must be in \[0, 1\]"):
+        ComplianceController(settings()).record_feedback(KEY, TAU, 0.8, 1.5)
+
+
+def test_state_keys_per_tier_and_per_tau_bucket():
+    assert state_key_for("premium", "key_metadata", 0.9, 0.01) == "tier:premium"
+    assert state_key_for("premium", "request", 0.8349, 0.01) == "tau:0.83"
+    assert state_key_for("premium", "request", 0.83, 0.01) == "tau:0.83"  # a bucket's lower edge is inside it
+
+
+def test_settings_name_the_bad_field():
+    with pytest.raises(ValidationError, match="delta_min"):
+        ComplianceSettings(delta_min=0.1)  # delta < 0 is the labels' discount, never a surcharge
+    with pytest.raises(ValidationError, match="window"):
+        ComplianceSettings(window=1)
+    with pytest.raises(ValidationError, match="extra"):
+        ComplianceSettings(stepsize=0.1)
+
+
+# -- Redis-shared state --------------------------------------------------------------------------
+SEQUENCE = [0.72, 0.9, 0.65, 0.81, 0.7, 0.77, 0.6, 0.95, 0.74, 0.69, 0.71, 0.8, 0.66, 0.73]
+
+
+def run_sequence(controller: ComplianceController, key: str) -> list[float]:
+    deltas = []
+    for i, p in enumerate(SEQUENCE * 3):
+        if i % 3 == 0:
+            controller.record_feedback(key, TAU, p, float(i % 2))
+        controller.record_decision(key, TAU, p, p + 0.05)
+        deltas.append(controller.control(key, TAU).delta)
+    return deltas
+
+
+def test_redis_state_matches_the_local_update(redis_server):
+    local = run_sequence(ComplianceController(settings()), KEY)
+    shared = ComplianceController(settings(), redis_url=redis_server.url)
+    remote = run_sequence(shared, KEY)
+    assert shared.shared and remote == pytest.approx(local, abs=1e-9)
+    assert any(d > 0 for d in remote)
+    snap = shared.snapshot(KEY)
+    assert snap["n"] == 10 and snap["n_labels"] == 14
+
+
+def test_two_controllers_share_one_delta_through_redis(redis_server):
+    a = ComplianceController(settings(), redis_url=redis_server.url)
+    b = ComplianceController(settings(), redis_url=redis_server.url)
+    for i in range(20):  # the two "workers" take turns
+        (a if i % 2 else b).record_decision(KEY, TAU, 0.7, 0.9)
+    assert a.control(KEY, TAU).delta == b.control(KEY, TAU).delta > 0
+    assert a.snapshot(KEY)["n"] == b.snapshot(KEY)["n"] == 10
+
+
+def test_redis_killed_falls_back_to_local_state_without_raising(redis_server, caplog):
+    controller = ComplianceController(settings(), redis_url=redis_server.url)
+    feed(controller, [0.7] * 10)
+    assert controller.control(KEY, TAU).delta > 0
+    redis_server.stop()
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        feed(controller, [0.6] * 10)  # local state from here on: no exception
+        control = controller.control(KEY, TAU)
+        controller.record_feedback(KEY, TAU, 0.6, 1.0)
+    assert not controller.shared and control.delta > 0 and not math.isnan(control.delta)
+    assert controller.snapshot(KEY)["n"] == 10  # the local window
+    assert sum("Redis failed" in r.getMessage() for r in caplog.records) == 1  # said once
+
+
+def test_proxy_config_key_switches_it_off_and_names_bad_fields():
+    from litellm_proteus.config import ProteusConfig, ProteusConfigError
+
+    assert ProteusConfig.parse({}).compliance.enabled  # default on
+    assert not ProteusConfig.parse({"compliance": {"enabled": False}}).compliance.enabled
+    with pytest.raises(ProteusConfigError, match=r"compliance\.stepp: .*allowed: \[.*'step'"):
+        ProteusConfig.parse({"compliance": {"stepp": 0.1}})
+
+
+def test_few_uncertain_labels_never_raise_the_target_above_the_margin():
+    controller = ComplianceController(settings(margin=0.01))
+    for outcome in [1.0, 0.0] * 5:  # 10 labels, realised = predicted = 0.5: residual 0, wide interval
+        controller.record_feedback(KEY, TAU, 0.5, outcome)
+    feed(controller, [0.805] * 5)  # p_hat = 0.805 = tau + margin / 2: one step of 0.1 * 0.005
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * 0.005)
+
+
+def test_predictor_routes_at_tau_plus_delta(make_artifact):
+    import numpy as np
+
+    from litellm_proteus.predictor import Candidate, ProteusPredictor
+
+    predictor = ProteusPredictor(make_artifact(["small", "large"]))
+    emb = np.random.default_rng(0).normal(size=(2, 384)).astype(np.float32)
+    candidates = [[Candidate(0, 0.001), Candidate(1, 0.01)]] * 2
+    plain, offset = predictor.decide_embeddings(emb, [0.75, 0.75], candidates, deltas=[0.0, 0.1])
+    assert (plain.delta, offset.delta) == (0.0, 0.1)
+    assert offset.tau_effective == plain.tau_effective == 0.75  # the promise stays tau; the policy sees more
+    assert offset.policy_tau == predictor.taus.policy_tau(0.85) and plain.policy_tau == predictor.taus.policy_tau(0.75)
+    with pytest.raises(ValueError, match="deltas must have one entry per request"):
+        predictor.decide_embeddings(emb, [0.75, 0.75], candidates, deltas=[0.1])

@@ -1,0 +1,69 @@
+"""``proteus replay`` pieces on a small synthetic log: task pools, shifted streams, the trailing
+window, compliance recovery, and one stream through the real predictor + controller."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from litellm_proteus.compliance import ComplianceController, ComplianceSettings
+from proteus_train.evaluation.baselines import Split
+from proteus_train.replay import Trace, build_stream, replay_stream, summarize, task_pools, trailing
+
+TASKS_TEST = ["easy"] * 40 + ["mid"] * 30 + ["hard"] * 30
+TASKS_KNOWN = ["easy"] * 10 + ["mid"] * 10 + ["hard"] * 10
+SCORES_KNOWN = np.repeat([[0.9, 0.8], [0.6, 0.5], [0.2, 0.1]], 10, axis=0)
+
+
+def test_pools_order_tasks_by_train_difficulty_and_pool_small_ones():
+    pools = task_pools(TASKS_TEST, TASKS_KNOWN, SCORES_KNOWN, min_rows=30)
+    assert pools.hardest_tasks == ["hard"] and pools.easiest_tasks == ["easy"]
+    assert set(np.asarray(TASKS_TEST)[pools.hardest]) == {"hard"}
+    pooled = task_pools(TASKS_TEST, TASKS_KNOWN, SCORES_KNOWN, min_rows=50)
+    assert pooled.hardest_tasks == ["hard", "mid"] and len(pooled.hardest) == 60
+    with pytest.raises(ValueError, match="at least 2 tasks"):
+        task_pools(["a"] * 5, ["a"] * 5, np.ones((5, 2)), 1)
+
+
+def test_streams_shift_as_the_scenarios_say():
+    pools = task_pools(TASKS_TEST, TASKS_KNOWN, SCORES_KNOWN, min_rows=30)
+    tasks = np.asarray(TASKS_TEST)
+    rows, shift = build_stream("hardest", pools, 300, 100, seed=1)
+    assert shift == 100 and len(rows) == 300
+    assert set(tasks[rows[100:]]) == {"hard"} and len(set(tasks[rows[:100]])) == 3
+    rows, shift = build_stream("drift", pools, 400, 100, seed=1)
+    assert shift == 0
+    assert (tasks[rows[:100]] == "hard").mean() < 0.3 and (tasks[rows[-100:]] == "hard").mean() > 0.7
+    rows, shift = build_stream("as-is", pools, 250, 100, seed=1)
+    assert shift == 250 and sorted(rows[:100]) == list(range(100))  # each shuffle uses every row once
+    with pytest.raises(ValueError, match="scenario must be one of"):
+        build_stream("sideways", pools, 10, 5, seed=0)
+
+
+def test_trailing_window_and_recovery():
+    np.testing.assert_allclose(trailing(np.array([1.0, 0.0, 1.0, 1.0]), 2), [np.nan, 0.5, 0.5, 1.0])
+    correct = np.r_[np.ones(200), np.zeros(100), np.ones(300)]  # short after the shift at 200, then back
+    trace = Trace(correct, np.full(600, 0.002), np.zeros(600), np.zeros(600, dtype=bool), np.full(600, 0.8))
+    report = summarize(trace, tau=0.8, shift=200, window=100, static_cost=1.0)
+    # the first window at tau ends at request 379 (20 misses in 100), and none after it falls short
+    assert report["requests_to_compliance"] == 179
+    assert report["cost_per_1k"] == pytest.approx(2.0) and report["cost_vs_static"] == pytest.approx(1.0)
+    assert report["accuracy_after_shift"] == 0.75 and not report["met_after_shift"] and report["met_settled"]
+
+
+def test_a_stream_through_the_predictor_and_the_controller(make_artifact):
+    from litellm_proteus.predictor import ProteusPredictor
+
+    predictor = ProteusPredictor(make_artifact(["small", "large"]))
+    rng = np.random.default_rng(0)
+    n = 120
+    split = Split(rng.normal(size=(n, 384)).astype(np.float32), rng.integers(0, 2, (n, 2)).astype(float),
+                  np.tile([0.001, 0.01], (n, 1)), rng.random(n))
+    controller = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50))
+    trace = replay_stream(predictor, controller, np.arange(n), split, 0.8, "tier", 1.0, 20, 8, seed=0)
+    chosen = np.where(trace.cost == 0.01, 1, 0)
+    np.testing.assert_array_equal(trace.correct, split.scores[np.arange(n), chosen])
+    snap = controller.snapshot("tier:tier")
+    assert snap["n"] == 50
+    assert snap["n_labels"] == 93  # labels wait 20 requests: requests 0..92 are back by the last batch (112)
+    assert (trace.delta >= 0).all() and trace.delta[:8].max() == 0.0

@@ -1,0 +1,348 @@
+"""``proteus replay``: a test split streamed through the serving code path under task-mix shift.
+
+Each request goes through ``ProteusPredictor.decide_embeddings`` (the proxy's predictor, micro-
+batched like the proxy's batcher) and a ``ComplianceController`` (local state), in arrival order:
+control -> decide at calibrated(tau + delta) -> record the chosen deployment's calibrated p; a
+share of requests gets its outcome back as a feedback label ``--label-delay`` requests later.
+
+Streams (logs carry no timestamps: arrival order is a seeded shuffle, rows drawn again in fresh
+shuffles once a pool is used up):
+  (a) ``as-is``: the test mix;
+  (b) ``hardest``: the test mix, then from ``--shift-at`` on only the hardest task;
+  (c) ``drift``: from the easiest task to the hardest, the hardest's share rising linearly.
+A task's difficulty is its mean outcome over all models on the train and validation rows (never
+test); where single tasks hold fewer than ``--min-group-rows`` test rows (MMLU subjects), the
+hardest (easiest) tasks are pooled until they do.
+
+Per scenario, tier and label share (plus ``static``: the controller off, today's calibration) it
+reports accuracy over the stream and after the shift, trailing-window accuracy against tau,
+requests until compliance returns after the shift, cost per 1K against static, and the share of
+requests flagged infeasible; ``top_accuracy`` is what routing every post-shift request at the
+controller's highest offset reaches (is the tau reachable at all?).  Writes ``metrics.json`` and
+one PNG per scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from litellm_proteus.compliance import ComplianceController, ComplianceSettings, state_key_for
+
+SCENARIOS = ("as-is", "hardest", "drift")
+
+
+@dataclass
+class Pools:
+    """Test-row indices (into the eval split) of the whole mix, the easiest and the hardest tasks."""
+
+    mix: np.ndarray
+    easiest: np.ndarray
+    hardest: np.ndarray
+    easiest_tasks: list[str]
+    hardest_tasks: list[str]
+
+
+def task_pools(
+    tasks_test: list[str], tasks_known: list[str], scores_known: np.ndarray, min_rows: int
+) -> Pools:
+    """Group test rows by task difficulty measured on the train/validation rows."""
+    known = np.asarray(tasks_known)
+    test = np.asarray(tasks_test)
+    names = sorted(set(tasks_test))
+    if len(names) < 2:
+        raise ValueError(f"replay needs at least 2 tasks in the test split to shift the mix; found {names}")
+    difficulty = {t: float(np.nanmean(scores_known[known == t])) if (known == t).any() else math.nan for t in names}
+    ordered = sorted((t for t in names if math.isfinite(difficulty[t])), key=difficulty.__getitem__)
+
+    def pool(order: list[str]) -> tuple[np.ndarray, list[str]]:
+        chosen: list[str] = []
+        for task in order:
+            chosen.append(task)
+            if np.isin(test, chosen).sum() >= min_rows:
+                break
+        return np.flatnonzero(np.isin(test, chosen)), chosen
+
+    hardest, hardest_tasks = pool(ordered)
+    easiest, easiest_tasks = pool(ordered[::-1])
+    return Pools(np.arange(len(test)), easiest, hardest, easiest_tasks, hardest_tasks)
+
+
+def shuffled_draws(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` rows from ``pool``: a fresh shuffle each time the pool is used up."""
+    out = [rng.permutation(pool) for _ in range(-(-n // len(pool)))]
+    return np.concatenate(out)[:n]
+
+
+def build_stream(scenario: str, pools: Pools, length: int, shift_at: int, seed: int) -> tuple[np.ndarray, int]:
+    """(rows in arrival order, index of the first shifted request)."""
+    rng = np.random.default_rng(seed)
+    if scenario == "as-is":
+        return shuffled_draws(pools.mix, length, rng), length
+    if scenario == "hardest":
+        head = shuffled_draws(pools.mix, shift_at, rng)
+        return np.concatenate([head, shuffled_draws(pools.hardest, length - shift_at, rng)]), shift_at
+    if scenario == "drift":
+        easy, hard = shuffled_draws(pools.easiest, length, rng), shuffled_draws(pools.hardest, length, rng)
+        take_hard = rng.random(length) < np.linspace(0.0, 1.0, length)
+        return np.where(take_hard, hard, easy), 0
+    raise ValueError(f"scenario must be one of {SCENARIOS}; got {scenario!r}")
+
+
+@dataclass
+class Trace:
+    correct: np.ndarray
+    cost: np.ndarray
+    delta: np.ndarray
+    infeasible: np.ndarray
+    p_chosen: np.ndarray
+
+
+def replay_stream(
+    predictor,
+    controller: ComplianceController | None,
+    rows: np.ndarray,
+    split,
+    tau: float,
+    tier: str,
+    label_fraction: float,
+    label_delay: int,
+    batch: int,
+    seed: int,
+    fixed_delta: float = 0.0,
+) -> Trace:
+    """Serve ``rows`` of ``split`` (embeddings, scores, costs, draws) at ``tau``; ``controller``
+    None routes every request at ``fixed_delta``."""
+    from litellm_proteus.predictor import Candidate
+
+    n, k = len(rows), split.scores.shape[1]
+    labelled = np.random.default_rng(seed).random(n) < label_fraction
+    key = state_key_for(tier, "default", tau, 0.01)
+    out = Trace(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n))
+    delivered = 0
+    step = batch if controller is not None else n
+    for start in range(0, n, step):
+        if controller is not None:
+            while delivered < n and delivered + label_delay <= start:
+                if labelled[delivered]:
+                    controller.record_feedback(key, tau, out.p_chosen[delivered], out.correct[delivered])
+                delivered += 1
+            control = controller.control(key, tau)
+            delta, infeasible = control.delta, control.infeasible
+        else:
+            delta, infeasible = fixed_delta, False
+        idx = rows[start : start + step]
+        decisions = predictor.decide_embeddings(
+            split.emb[idx],
+            [tau] * len(idx),
+            [[Candidate(s, float(split.costs[r, s])) for s in range(k)] for r in idx],
+            split.draws[idx] if predictor.mix_operating_points else None,
+            [delta] * len(idx),
+        )
+        for j, (r, d) in enumerate(zip(idx, decisions)):
+            i = start + j
+            out.correct[i] = split.scores[r, d.slot]
+            out.cost[i] = split.costs[r, d.slot]
+            out.delta[i], out.infeasible[i] = delta, infeasible
+            out.p_chosen[i] = d.p[d.index]
+            if controller is not None:
+                controller.record_decision(key, d.tau_effective, d.p[d.index], max(d.p))
+    return out
+
+
+def trailing(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean over the last ``window`` values at each position (NaN before a full window)."""
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    out = np.full(len(values), np.nan)
+    if len(values) >= window:
+        out[window - 1 :] = (sums[window:] - sums[:-window]) / window
+    return out
+
+
+def summarize(trace: Trace, tau: float, shift: int, window: int, static_cost: float | None) -> dict:
+    """Figures of one run; ``shift`` = first shifted request (len = no shift)."""
+    n = len(trace.correct)
+    roll = trailing(trace.correct, window)
+    after = slice(shift if shift < n else 0, n)
+    settled = slice(min((shift if shift < n else 0) + window, n), n)
+    # Compliance has returned at the first full window ending after the shift that meets tau and
+    # after which no window falls below tau by more than a 500-request window's sampling noise.
+    noise = 1.96 * math.sqrt(tau * (1 - tau) / window)
+    recovered = None
+    start = max(shift if shift < n else 0, window - 1)
+    ok = roll >= tau
+    low = roll < tau - noise
+    for i in range(start, n):
+        if ok[i] and not low[i:].any():
+            recovered = i - (shift if shift < n else 0)
+            break
+    cost = float(trace.cost.mean() * 1000)
+    full = roll[window - 1 :]
+    return {
+        "accuracy": round(float(trace.correct.mean()), 4),
+        "accuracy_after_shift": round(float(trace.correct[after].mean()), 4),
+        "accuracy_settled": round(float(trace.correct[settled].mean()), 4) if settled.start < n else None,
+        "met_after_shift": bool(trace.correct[after].mean() >= tau),
+        "met_settled": bool(trace.correct[settled].mean() >= tau) if settled.start < n else None,
+        "windows_met": round(float(np.mean(full >= tau)), 4) if len(full) else None,
+        "worst_window": round(float(np.nanmin(roll)), 4) if len(full) else None,
+        "requests_to_compliance": recovered,
+        "cost_per_1k": round(cost, 5),
+        "cost_vs_static": None if not static_cost else round(cost / static_cost - 1, 4),
+        "infeasible_share_after_shift": round(float(trace.infeasible[after].mean()), 4),
+        "delta_mean": round(float(trace.delta.mean()), 4),
+        "delta_max": round(float(trace.delta.max()), 4),
+        "mean_p_chosen_after_shift": round(float(trace.p_chosen[after].mean()), 4),
+    }
+
+
+def default_tiers(tau_range: tuple[float, float]) -> dict[str, float]:
+    """Economy / Standard / Premium: the middles of the tau range's thirds (as ``proteus eval``)."""
+    lo, hi = tau_range
+    third = (hi - lo) / 3
+    return {name: round(lo + third * (i + 0.5), 4) for i, name in enumerate(("Economy", "Standard", "Premium"))}
+
+
+def plot_scenario(path: Path, scenario: str, runs: dict, tiers: dict[str, float], shift: int, window: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tiers), figsize=(5 * len(tiers), 4), squeeze=False)
+    for ax, (tier, tau) in zip(axes[0], tiers.items()):
+        for label, trace in runs[tier].items():
+            ax.plot(trailing(trace.correct, window) * 100, label=label, lw=1.2 if label != "static" else 2, alpha=0.9)
+        ax.axhline(tau * 100, color="black", ls="--", lw=1, label=f"tau = {tau:.3f}")
+        if 0 < shift < len(next(iter(runs[tier].values())).correct):
+            ax.axvline(shift, color="grey", ls=":", lw=1)
+        ax.set_title(f"{scenario}: {tier}")
+        ax.set_xlabel("request")
+        ax.set_ylabel(f"accuracy over trailing {window} (%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--artifact", default=None, metavar="DIR", help="artifact (default: the bundled one)")
+    parser.add_argument("--data", nargs="+", metavar="PATH", help="its training data (default: manifest.data.paths)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for metrics.json and the PNGs")
+    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
+    parser.add_argument("--labels", nargs="+", type=float, default=[0.0, 0.05, 1.0], metavar="SHARE",
+                        help="shares of requests whose outcome comes back as feedback (default: 0 0.05 1)")
+    parser.add_argument("--label-delay", type=int, default=200, help="requests between a decision and its label")
+    parser.add_argument("--length", type=int, default=4000, help="requests per stream")
+    parser.add_argument("--shift-at", type=int, default=1000, help="scenario hardest: first shifted request")
+    parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau")
+    parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least")
+    parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each)")
+    parser.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="tiers (default: middles of tau_range's thirds)")
+    parser.add_argument("--compliance", default="{}", metavar="JSON", help="ComplianceSettings fields, e.g. '{\"step\": 0.05}'")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
+
+
+def parse_tiers(values: list[str] | None, tau_range: tuple[float, float]) -> dict[str, float]:
+    if not values:
+        return default_tiers(tau_range)
+    tiers = {}
+    for value in values:
+        name, _, tau = value.partition("=")
+        try:
+            tiers[name] = float(tau)
+        except ValueError:
+            raise ValueError(f"--tiers: expected NAME=TAU with TAU a number in (0, 1]; got {value!r}") from None
+        if not (name and 0 < tiers[name] <= 1):
+            raise ValueError(f"--tiers: expected NAME=TAU with TAU a number in (0, 1]; got {value!r}")
+    return tiers
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+    from litellm_proteus.predictor import ProteusPredictor
+
+    from .evaluation.inputs import load_inputs
+    from .p_calibration import calibration_report, raw_p
+
+    if not (0 < args.shift_at < args.length and args.window <= args.length and args.batch >= 1 and args.label_delay >= 0):
+        raise ValueError("need 0 < --shift-at < --length, --window <= --length, --batch >= 1, --label-delay >= 0")
+    if any(not 0 <= share <= 1 for share in args.labels):
+        raise ValueError(f"--labels: shares must be in [0, 1]; got {args.labels}")
+    try:
+        settings = ComplianceSettings(**json.loads(args.compliance))
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"--compliance: expected a JSON object of ComplianceSettings fields ({exc})") from None
+    torch.set_num_threads(1)  # the heads are tiny: threads cost more than they save
+    artifact = args.artifact or str(DEFAULT_ARTIFACT_DIR)
+    inputs = load_inputs(artifact, data=args.data, progress=args.progress)
+    if inputs.log.task is None:
+        raise ValueError("replay shifts the task mix: the data has no task column (RouterBench eval_name, SPROUT dataset ...)")
+    predictor = ProteusPredictor(artifact)
+    tiers = parse_tiers(args.tiers, tuple(inputs.manifest.tau_range))
+    task = np.asarray(inputs.log.task)
+    known = np.flatnonzero(np.isin(inputs.log.split, ["train", "val"]))
+    pools = task_pools(list(task[inputs.test_rows]), list(task[known]), inputs.log.scores[known], args.min_group_rows)
+    test = inputs.test
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics: dict = {
+        "artifact": artifact,
+        "dataset": inputs.dataset,
+        "tiers": tiers,
+        "settings": settings.model_dump(),
+        "stream": {k: getattr(args, k) for k in ("length", "shift_at", "window", "label_delay", "batch", "seed")},
+        "tasks": {"hardest": pools.hardest_tasks, "easiest": pools.easiest_tasks,
+                  "hardest_rows": int(len(pools.hardest)), "easiest_rows": int(len(pools.easiest))},
+        "p_calibration_test": calibration_report(inputs.manifest.p_calibration, raw_p(inputs.model, test.emb), test.scores),
+        "scenarios": {},
+    }
+    for scenario in args.scenarios:
+        rows, shift = build_stream(scenario, pools, args.length, args.shift_at, args.seed)
+        runs: dict[str, dict[str, Trace]] = {}
+        report: dict[str, dict] = {}
+        for tier, tau in tiers.items():
+            static = replay_stream(predictor, None, rows, test, tau, tier, 0.0, args.label_delay, args.batch, args.seed)
+            top = replay_stream(predictor, None, rows, test, tau, tier, 0.0, args.label_delay, args.batch, args.seed,
+                                fixed_delta=settings.delta_max)
+            runs[tier] = {"static": static}
+            static_cost = float(static.cost.mean() * 1000)
+            tier_report = {"tau": tau, "static": summarize(static, tau, shift, args.window, None)}
+            after = slice(shift if shift < len(rows) else 0, len(rows))
+            tier_report["top_accuracy_after_shift"] = round(float(top.correct[after].mean()), 4)
+            tier_report["top_reaches_tau"] = bool(top.correct[after].mean() >= tau)
+            for share in args.labels:
+                controller = ComplianceController(settings, artifact_margin=inputs.manifest.calibration.margin)
+                trace = replay_stream(predictor, controller, rows, test, tau, tier, share, args.label_delay, args.batch,
+                                      args.seed + 1)
+                label = f"labels {share:g}"
+                runs[tier][label] = trace
+                tier_report[label] = summarize(trace, tau, shift, args.window, static_cost)
+            report[tier] = tier_report
+        metrics["scenarios"][scenario] = {"shift_at": shift if shift < len(rows) else None, "tiers": report}
+        plot_scenario(out_dir / f"replay_{scenario}.png", scenario, runs, tiers, shift, args.window)
+    (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(json.dumps(headline(metrics), indent=2))
+    return 0
+
+
+def headline(metrics: dict) -> dict:
+    """Per scenario and tier: tau, accuracy after the shift static vs with the controller, cost change."""
+    out = {}
+    for scenario, body in metrics["scenarios"].items():
+        for tier, r in body["tiers"].items():
+            row = {"tau": r["tau"], "static": r["static"]["accuracy_after_shift"], "top": r["top_accuracy_after_shift"]}
+            for label, s in r.items():
+                if label.startswith("labels"):
+                    row[label] = (s["accuracy_after_shift"], s["requests_to_compliance"], s["cost_vs_static"],
+                                  s["infeasible_share_after_shift"])
+            out[f"{scenario}/{tier}"] = row
+    return out
