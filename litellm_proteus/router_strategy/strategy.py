@@ -325,10 +325,10 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
 
     def on_feedback(self, decision_record: dict, score: float) -> None:
         """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
-        serving_log.on_feedback(self, decision_record, score)
-        self.compliance.record_feedback(
+        self.compliance.record_feedback(  # first: the gauges then read the controller's updated window
             decision_record["state_key"], decision_record["tau"], chosen_p(decision_record), score
         )
+        serving_log.on_feedback(self, decision_record, score)
 
     def _control(self, resolution: TauResolution) -> Control:
         """The compliance controller's offset for this request's state (tier, or tau bucket)."""

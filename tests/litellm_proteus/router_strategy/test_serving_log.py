@@ -66,7 +66,7 @@ def test_a_retried_call_logs_its_decisions_and_outcomes_and_takes_feedback(steer
     assert all(0 <= c["p"] <= 1 and c["cost_usd"] > 0 for c in row.decision["candidates"])
 
     state_key = row.decision["state_key"]
-    assert state_key == "tier:standard"
+    assert state_key == "tau:0.85"  # a request that sends its own tau has its tau bucket's controller state
     labels = lambda: REGISTRY.get_sample_value("proteus_realised_labels", {"state_key": state_key}) or 0.0  # noqa: E731
     before = labels()
     assert send_feedback(call_id, 0.5)["call_id"] == call_id  # in-process: the live strategy
