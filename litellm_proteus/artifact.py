@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import __version__
 from .costs import CostNormalizer
-from .model import ModelConfig
+from .model_config import ModelConfig, tensor_shapes
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -221,6 +221,55 @@ def read_manifest(directory: str | os.PathLike) -> Manifest:
         raise ArtifactError(f"{path}: invalid manifest: {problems}") from exc
 
 
+def open_artifact(
+    directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR,
+    *,
+    expected_models: list[str] | None = None,
+    expected_encoder: str | None = None,
+) -> tuple[Manifest, Path]:
+    """(manifest, weights file) after every check that needs no tensor library: manifest, weights
+    hash, bundled encoder hashes and optional expectations."""
+    manifest = read_manifest(directory)
+    weights = Path(directory) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ArtifactError(f"artifact {str(directory)!r} has no {WEIGHTS_FILE}")
+    if manifest.weights_sha256 and file_sha256(weights) != manifest.weights_sha256:
+        raise ArtifactError(f"{weights}: content hash does not match manifest.weights_sha256 (corrupt or replaced)")
+    verify_bundled_encoder(directory, manifest)
+    if expected_models is not None and list(expected_models) != manifest.models:
+        raise ArtifactError(f"{directory}: models {manifest.models} != expected {list(expected_models)}")
+    if expected_encoder is not None and expected_encoder != manifest.encoder.name:
+        raise ArtifactError(f"{directory}: encoder {manifest.encoder.name!r} != expected {expected_encoder!r}")
+    return manifest, weights
+
+
+def check_tensor_shapes(weights: Path, shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> None:
+    """The weights file holds exactly the tensors ``manifest.architecture`` implies, shape for shape."""
+    missing = sorted(set(expected) - set(shapes))
+    extra = sorted(set(shapes) - set(expected))
+    if missing or extra:
+        raise ArtifactError(f"{weights}: tensors do not match manifest.architecture (missing {missing}, unexpected {extra})")
+    for key, shape in expected.items():
+        if tuple(shapes[key]) != tuple(shape):
+            raise ArtifactError(
+                f"{weights}: tensor {key} has shape {tuple(shapes[key])}, manifest.architecture implies {tuple(shape)}"
+            )
+
+
+def load_artifact_arrays(directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR, **expected) -> tuple[dict, Manifest]:
+    """Load (name -> float32 numpy array, manifest) without torch: what the numpy runtime runs."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    manifest, weights = open_artifact(directory, **expected)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{weights}: unreadable weights ({exc})") from exc
+    check_tensor_shapes(weights, {k: v.shape for k, v in state.items()}, tensor_shapes(manifest.architecture))
+    return state, manifest
+
+
 def load_artifact(
     directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR,
     *,
@@ -234,32 +283,15 @@ def load_artifact(
 
     from .model import ProteusModel
 
-    manifest = read_manifest(directory)
-    weights = Path(directory) / WEIGHTS_FILE
-    if not weights.is_file():
-        raise ArtifactError(f"artifact {str(directory)!r} has no {WEIGHTS_FILE}")
-    if manifest.weights_sha256 and file_sha256(weights) != manifest.weights_sha256:
-        raise ArtifactError(f"{weights}: content hash does not match manifest.weights_sha256 (corrupt or replaced)")
-    verify_bundled_encoder(directory, manifest)
-    if expected_models is not None and list(expected_models) != manifest.models:
-        raise ArtifactError(f"{directory}: models {manifest.models} != expected {list(expected_models)}")
-    if expected_encoder is not None and expected_encoder != manifest.encoder.name:
-        raise ArtifactError(f"{directory}: encoder {manifest.encoder.name!r} != expected {expected_encoder!r}")
+    manifest, weights = open_artifact(directory, expected_models=expected_models, expected_encoder=expected_encoder)
     try:
         state = load_file(str(weights), device=map_location)
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"{weights}: unreadable weights ({exc})") from exc
     model = ProteusModel(manifest.architecture)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    extra = sorted(set(state) - set(own))
-    if missing or extra:
-        raise ArtifactError(f"{weights}: tensors do not match manifest.architecture (missing {missing}, unexpected {extra})")
-    for key, tensor in own.items():
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise ArtifactError(
-                f"{weights}: tensor {key} has shape {tuple(state[key].shape)}, manifest.architecture implies {tuple(tensor.shape)}"
-            )
+    check_tensor_shapes(
+        weights, {k: tuple(v.shape) for k, v in state.items()}, {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    )
     model.load_state_dict(state)
     model.eval()
     return model, manifest

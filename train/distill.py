@@ -3,7 +3,7 @@
 For every token id t of the encoder's vocabulary, the transformer runs once on ``[CLS] t [SEP]``
 (the tokenizer's own special tokens) and the hidden state at t's position becomes t's vector.  The
 folder written holds that table (``static_embeddings.safetensors``, fp16 to halve the size; loaded
-as fp32) and the tokenizer; ``TextEncoder`` treats such a folder as an encoder whose prompt
+as fp32) and the tokenizer; ``open_encoder`` treats such a folder as an encoder whose prompt
 embedding is the mean of its kept tokens' vectors (see ``litellm_proteus/encoder.py``).
 
 Choices, measured on RouterBench-partial with the performance head alone (same splits, same head,
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from litellm_proteus.artifact import save_shared_safetensors
-from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY, TextEncoder, static_table_path
+from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY, open_encoder, static_table_path
 
 RECIPE = "token-in-context:[prefix] t [suffix], hidden state at t; no weighting; fp16 table"
 INFO_FILE = "proteus_static.json"
@@ -35,12 +35,12 @@ INFO_FILE = "proteus_static.json"
 def distill_static(
     base: str, out_dir: str | os.PathLike, *, device: str = "auto", batch_size: int = 1024, progress: bool = False
 ) -> Path:
-    """Distil ``base`` (any encoder ``TextEncoder`` loads) into a static encoder folder ``out_dir``."""
+    """Distil ``base`` (any encoder ``open_encoder`` opens) into a static encoder folder ``out_dir``."""
     import torch
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-    encoder = TextEncoder(base, device=device, backend="hf")  # its tokenizer and special-token template
+    encoder = open_encoder(base, device=device, backend="hf")  # its tokenizer and special-token template
     if encoder.model is None:
         raise ValueError(f"encoder {base!r} is already static")
     prefix, suffix = encoder.special_ids
