@@ -38,12 +38,22 @@ class EncoderSpec(BaseModel):
     max_tokens: int = Field(256, ge=8)
     truncation: str = "tail"
     pooling: str = "mean-l2"
-    bundled: bool = Field(False, description="weights live in the artifact (fine-tuned or static): name is a sub-folder")
+    bundled: bool = Field(
+        False,
+        description="weights ship with the artifact (fine-tuned or static): name is a folder relative to the "
+        "artifact, usually a sub-folder; '../' reaches a folder several artifacts share (one copy of a token table)",
+    )
     static_from: str | None = Field(None, description="static token table distilled from this encoder (proteus distill-static)")
     files_sha256: dict[str, str] = Field(
         default_factory=dict,
         description="bundled encoder: file (relative to the folder) -> SHA-256, checked when the artifact loads",
     )
+
+    @model_validator(mode="after")
+    def _relative_when_bundled(self) -> "EncoderSpec":
+        if self.bundled and (Path(self.name).is_absolute() or not self.name.strip()):
+            raise ValueError(f"encoder.name of a bundled encoder must be a folder relative to the artifact; got {self.name!r}")
+        return self
 
     def resolve(self, artifact_dir: str | os.PathLike) -> str:
         """The name/path to load the encoder from."""
