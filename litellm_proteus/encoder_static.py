@@ -6,30 +6,50 @@ torch nor transformers is imported."""
 
 from __future__ import annotations
 
-import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .artifact import file_sha256
 from .encoder import STATIC_TABLE_KEY, Encoder
 
 TOKENIZER_FILE = "tokenizer.json"
 
 
-def load_static_table(path: Path) -> tuple[np.ndarray, str]:
-    """(token table as a C-contiguous fp32 array, SHA-256 of the file)."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
+# safetensors dtype names a token table may use.
+TABLE_DTYPES = {"F16": np.float16, "F32": np.float32}
 
+
+def load_static_table(path: Path) -> tuple[np.ndarray, str]:
+    """(token table in its stored dtype, e.g. fp16: half the memory of fp32, and the rows a prompt
+    uses are widened exactly; SHA-256 of the file).
+
+    Read straight from the file (8-byte header length, JSON header, raw data: the safetensors
+    layout), so the process never holds a second copy: ``safetensors``' loaders map or read the
+    whole file and then copy the tensor out, which doubled the worker's peak memory for the table."""
     try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(size))
+            info = header.get(STATIC_TABLE_KEY) if isinstance(header, dict) else None
+            if not isinstance(info, dict) or len(info.get("shape", ())) != 2:
+                raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
+            if info.get("dtype") not in TABLE_DTYPES:
+                raise ValueError(f"{path}: the static token table must be F16 or F32; got {info.get('dtype')!r}")
+            dtype = np.dtype(TABLE_DTYPES[info["dtype"]])
+            start, end = info["data_offsets"]
+            rows, dims = info["shape"]
+            if end - start != rows * dims * dtype.itemsize:
+                raise ValueError(f"{path}: tensor {STATIC_TABLE_KEY!r} data size does not match its shape")
+            handle.seek(8 + size + start)
+            table = np.fromfile(handle, dtype=dtype, count=rows * dims)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: unreadable static token table ({exc})") from exc
-    if STATIC_TABLE_KEY not in tensors or tensors[STATIC_TABLE_KEY].ndim != 2:
-        raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    return np.ascontiguousarray(tensors[STATIC_TABLE_KEY], dtype=np.float32), sha
+    if table.size != rows * dims:
+        raise ValueError(f"{path}: unreadable static token table (file ends inside the tensor data)")
+    return table.reshape(rows, dims), file_sha256(path)
 
 
 class StaticEncoder(Encoder):
@@ -77,7 +97,7 @@ class StaticEncoder(Encoder):
         """Mean of the kept content tokens' vectors, L2-normalised; an empty prompt falls back to
         its special tokens so it still gets a unit vector."""
         rows = [ids if ids else self._prefix + self._suffix for ids in id_lists]
-        pooled = np.stack([self.static_table[ids].mean(axis=0) for ids in rows])
+        pooled = np.stack([self.static_table[ids].astype(np.float32).mean(axis=0) for ids in rows])
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 

@@ -149,7 +149,7 @@ def test_numpy_path_decides_like_the_torch_path_on_real_prompts(shared_data):
     # of the ids, torch's embedding_bag mean and L2 normalisation.
     encoder_dir = DEFAULT_ARTIFACT_DIR / numpy_side.manifest.encoder.name
     tokenizer = AutoTokenizer.from_pretrained(str(encoder_dir), local_files_only=True)
-    table = torch.from_numpy(numpy_side.encoder.static_table)
+    table = torch.from_numpy(numpy_side.encoder.static_table.astype(np.float32))
     budget = numpy_side.encoder.max_tokens - 2  # [CLS], [SEP]
     rows = [ids[-budget:] or [101, 102] for ids in tokenizer(prompts, add_special_tokens=False, verbose=False)["input_ids"]]
     flat = torch.tensor([i for ids in rows for i in ids])

@@ -233,10 +233,9 @@ def run(args: argparse.Namespace) -> int:
 
     data_dir = None if args.data == "none" else (args.data or default_data_dir())
     prompts, source = load_prompts(data_dir, seed=args.seed)
-    tokenizer = predictor.encoder.tokenizer
     lengths = sorted(set(args.tokens) | ({args.concurrency_tokens} if not args.skip_concurrency else set())
                      | ({args.proxy_tokens} if not args.skip_proxy else set()))
-    pools = {n: cut_prompts(prompts, tokenizer, n, args.pool_size) for n in lengths}
+    pools = {n: cut_prompts(prompts, predictor.encoder.content_offsets, n, args.pool_size) for n in lengths}
     progress(f"{len(prompts)} prompts from {source}; artifact {artifact}; device {predictor.device}")
 
     budget = CellBudget(seconds=args.cell_seconds, min_iters=args.min_iters, max_iters=max(args.min_iters, args.max_iters))
