@@ -157,7 +157,9 @@ def print_report(result: dict) -> None:
             + (f" (p50 ratio per run: {', '.join(f'{r:.4f}' for r in p['p50_ratio_runs'])})" if "p50_ratio_runs" in p else "")
         )
     print(f"repeated prompt (memory LRU hit), batch 1: p50 {result['cache_hit']['p50_ms']:.2f} ms")
-    print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB")
+    shuffle_rss = (result["proxy"] or {}).get("shuffle_rss_mb")
+    print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB"
+          + (f" vs simple-shuffle proxy worker {shuffle_rss:.0f} MiB (+{result['rss_mb'] - shuffle_rss:.0f} MiB)" if shuffle_rss else ""))
     if result.get("quality"):
         print(f"vs fp32 reference: {result['quality']}")
 
