@@ -32,6 +32,8 @@ def load_static_table(path: Path) -> tuple[np.ndarray, str]:
     try:
         with open(path, "rb") as handle:
             size = int.from_bytes(handle.read(8), "little")
+            if size > path.stat().st_size - 8:
+                raise ValueError(f"{path}: unreadable static token table (header length {size} exceeds the file)")
             header = json.loads(handle.read(size))
             info = header.get(STATIC_TABLE_KEY) if isinstance(header, dict) else None
             if not isinstance(info, dict) or len(info.get("shape", ())) != 2:

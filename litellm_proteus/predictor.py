@@ -132,7 +132,8 @@ class ProteusPredictor:
         encoder to ~1e-7), ``memory_cache`` = in-process LRU entries (exact; 0 = off), ``precision``
         auto (default: fp16 on CUDA, bf16 on CPUs with native bf16, else fp32; ``proteus eval
         --precision`` measures its routing) |fp32|bf16|fp16, ``quantize`` None|"int8" (moves
-        embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
+        embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide; the numpy runtime
+        runs one BLAS thread), ``max_tokens``/``truncation``
         override the artifact's length policy (changes embeddings), ``max_batch_tokens`` = padded
         tokens per forward pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit).
 
