@@ -24,7 +24,6 @@ def static_dir(tiny_bert, tmp_path_factory):
 
 def test_each_row_is_the_tokens_hidden_state_between_the_special_tokens(tiny_bert, static_dir):
     from safetensors.torch import load_file
-    from transformers import AutoTokenizer
     from transformers import AutoModel, AutoTokenizer
 
     table = load_file(str(static_dir / STATIC_TABLE_FILE))["embeddings"]

@@ -155,7 +155,7 @@ def test_bad_logs_are_an_error_message_not_a_traceback(tmp_path):
             capture_output=True, text=True, timeout=120,
         )
         assert done.returncode == 2, done.stderr[-2000:]
-        assert f"error: " in done.stderr and fragment in done.stderr and "Traceback" not in done.stderr
+        assert "error: " in done.stderr and fragment in done.stderr and "Traceback" not in done.stderr
 
 
 def test_help_lists_the_paper_flags():
