@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from . import __version__
 from .costs import CostNormalizer
-from .model import ModelConfig
+from .model_config import ModelConfig, tensor_shapes
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -40,12 +40,22 @@ class EncoderSpec(BaseModel):
     max_tokens: int = Field(256, ge=8)
     truncation: str = "tail"
     pooling: str = "mean-l2"
-    bundled: bool = Field(False, description="weights live in the artifact (fine-tuned or static): name is a sub-folder")
+    bundled: bool = Field(
+        False,
+        description="weights ship with the artifact (fine-tuned or static): name is a folder relative to the "
+        "artifact, usually a sub-folder; '../' reaches a folder several artifacts share (one copy of a token table)",
+    )
     static_from: str | None = Field(None, description="static token table distilled from this encoder (proteus distill-static)")
     files_sha256: dict[str, str] = Field(
         default_factory=dict,
         description="bundled encoder: file (relative to the folder) -> SHA-256, checked when the artifact loads",
     )
+
+    @model_validator(mode="after")
+    def _relative_when_bundled(self) -> "EncoderSpec":
+        if self.bundled and (Path(self.name).is_absolute() or not self.name.strip()):
+            raise ValueError(f"encoder.name of a bundled encoder must be a folder relative to the artifact; got {self.name!r}")
+        return self
 
     def resolve(self, artifact_dir: str | os.PathLike) -> str:
         """The name/path to load the encoder from."""
@@ -281,6 +291,55 @@ def read_manifest(directory: str | os.PathLike) -> Manifest:
         raise ArtifactError(f"{path}: invalid manifest: {problems}") from exc
 
 
+def open_artifact(
+    directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR,
+    *,
+    expected_models: list[str] | None = None,
+    expected_encoder: str | None = None,
+) -> tuple[Manifest, Path]:
+    """(manifest, weights file) after every check that needs no tensor library: manifest, weights
+    hash, bundled encoder hashes and optional expectations."""
+    manifest = read_manifest(directory)
+    weights = Path(directory) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ArtifactError(f"artifact {str(directory)!r} has no {WEIGHTS_FILE}")
+    if manifest.weights_sha256 and file_sha256(weights) != manifest.weights_sha256:
+        raise ArtifactError(f"{weights}: content hash does not match manifest.weights_sha256 (corrupt or replaced)")
+    verify_bundled_encoder(directory, manifest)
+    if expected_models is not None and list(expected_models) != manifest.models:
+        raise ArtifactError(f"{directory}: models {manifest.models} != expected {list(expected_models)}")
+    if expected_encoder is not None and expected_encoder != manifest.encoder.name:
+        raise ArtifactError(f"{directory}: encoder {manifest.encoder.name!r} != expected {expected_encoder!r}")
+    return manifest, weights
+
+
+def check_tensor_shapes(weights: Path, shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> None:
+    """The weights file holds exactly the tensors ``manifest.architecture`` implies, shape for shape."""
+    missing = sorted(set(expected) - set(shapes))
+    extra = sorted(set(shapes) - set(expected))
+    if missing or extra:
+        raise ArtifactError(f"{weights}: tensors do not match manifest.architecture (missing {missing}, unexpected {extra})")
+    for key, shape in expected.items():
+        if tuple(shapes[key]) != tuple(shape):
+            raise ArtifactError(
+                f"{weights}: tensor {key} has shape {tuple(shapes[key])}, manifest.architecture implies {tuple(shape)}"
+            )
+
+
+def load_artifact_arrays(directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR, **expected) -> tuple[dict, Manifest]:
+    """Load (name -> float32 numpy array, manifest) without torch: what the numpy runtime runs."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    manifest, weights = open_artifact(directory, **expected)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{weights}: unreadable weights ({exc})") from exc
+    check_tensor_shapes(weights, {k: v.shape for k, v in state.items()}, tensor_shapes(manifest.architecture))
+    return state, manifest
+
+
 def load_artifact(
     directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR,
     *,
@@ -294,32 +353,15 @@ def load_artifact(
 
     from .model import ProteusModel
 
-    manifest = read_manifest(directory)
-    weights = Path(directory) / WEIGHTS_FILE
-    if not weights.is_file():
-        raise ArtifactError(f"artifact {str(directory)!r} has no {WEIGHTS_FILE}")
-    if manifest.weights_sha256 and file_sha256(weights) != manifest.weights_sha256:
-        raise ArtifactError(f"{weights}: content hash does not match manifest.weights_sha256 (corrupt or replaced)")
-    verify_bundled_encoder(directory, manifest)
-    if expected_models is not None and list(expected_models) != manifest.models:
-        raise ArtifactError(f"{directory}: models {manifest.models} != expected {list(expected_models)}")
-    if expected_encoder is not None and expected_encoder != manifest.encoder.name:
-        raise ArtifactError(f"{directory}: encoder {manifest.encoder.name!r} != expected {expected_encoder!r}")
+    manifest, weights = open_artifact(directory, expected_models=expected_models, expected_encoder=expected_encoder)
     try:
         state = load_file(str(weights), device=map_location)
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"{weights}: unreadable weights ({exc})") from exc
     model = ProteusModel(manifest.architecture)
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    extra = sorted(set(state) - set(own))
-    if missing or extra:
-        raise ArtifactError(f"{weights}: tensors do not match manifest.architecture (missing {missing}, unexpected {extra})")
-    for key, tensor in own.items():
-        if tuple(state[key].shape) != tuple(tensor.shape):
-            raise ArtifactError(
-                f"{weights}: tensor {key} has shape {tuple(state[key].shape)}, manifest.architecture implies {tuple(tensor.shape)}"
-            )
+    check_tensor_shapes(
+        weights, {k: tuple(v.shape) for k, v in state.items()}, {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    )
     model.load_state_dict(state)
     model.eval()
     return model, manifest

@@ -45,7 +45,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(only=command if command in SUBCOMMANDS else "")
+    try:
+        parser = build_parser(only=command if command in SUBCOMMANDS else "")
+    except ModuleNotFoundError as exc:  # a serving-only install (`pip install litellm-proteus`)
+        print(f"error: proteus {command} needs the training extra: pip install 'litellm-proteus[train]' "
+              f"(missing module {exc.name!r})", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

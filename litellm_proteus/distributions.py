@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .scoring import beta_mean
+
 # Samples are kept this far from 0 and 1: Beta log-densities diverge at the boundaries.
 MU_EPS = 1e-4
 
@@ -41,7 +43,7 @@ class BetaPolicyOutput:
     @property
     def mean(self) -> torch.Tensor:
         """The deterministic action used at inference: E[mu] = alpha / (alpha + beta)."""
-        return self.alpha / (self.alpha + self.beta)
+        return beta_mean(self.alpha, self.beta)
 
     @property
     def concentration(self) -> torch.Tensor:

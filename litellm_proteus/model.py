@@ -32,28 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from .distributions import BetaHead, BetaPolicyOutput
-
-# At inference the dual variable is fixed (paper section 2.3).
-INFERENCE_LAMBDA = 1.0
-
-
-class ModelConfig(BaseModel):
-    """Architecture hyper-parameters; stored in the artifact manifest."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    embed_dim: int = Field(gt=0, description="encoder output size")
-    n_models: int = Field(ge=2, description="K, the number of trained model slots")
-    hidden_dim: int = Field(256, gt=0)
-    use_critic: bool = True
-    fixed_gamma: float | None = Field(None, ge=2.0, le=8.0, description="ablation: freeze gamma")
-    gamma_min: float = 2.0
-    gamma_max: float = 8.0
-    selection_temperature: float = Field(0.05, gt=0)
+from .model_config import INFERENCE_LAMBDA, ModelConfig
+from .scoring import routing_scores
 
 
 @dataclass
@@ -65,14 +48,6 @@ class RoutingOutput:
     mu: torch.Tensor  # [B] the mu used for scoring
     scores: torch.Tensor  # [B, K] eq. 2 (masked entries = -inf)
     choice: torch.Tensor  # [B] argmax slot index
-
-
-def routing_scores(
-    p: torch.Tensor, mu: torch.Tensor, boost: torch.Tensor, gamma: torch.Tensor, cost_norm: torch.Tensor
-) -> torch.Tensor:
-    """Eq. 2 for [B, M] candidates: s = p + mu * b - (1 - mu)^gamma * c_hat (mu is [B])."""
-    mu = mu.unsqueeze(-1)
-    return p + mu * boost - (1.0 - mu).pow(gamma) * cost_norm
 
 
 def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:

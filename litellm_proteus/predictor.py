@@ -1,5 +1,9 @@
 """Plain-Python routing decisions from a trained artifact (no LiteLLM here).
 
+Two parts: the network's forward pass, a backend (``forward_numpy.NumpyForward`` for static-table
+artifacts on the CPU: no torch; ``forward_torch.TorchForward`` for transformer encoders and CUDA),
+and the scoring and decision below, shared numpy code for both.
+
 ``ProteusPredictor.decide`` takes prompts, requested taus and, per request, the candidate
 deployments as (slot index, estimated USD cost of this request on that deployment).  Several
 deployments may play the same slot (same model, different prices/regions): each candidate is scored
@@ -12,12 +16,27 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
-from .artifact import DEFAULT_ARTIFACT_DIR, Manifest, load_artifact
-from .model import INFERENCE_LAMBDA, routing_scores
+from .artifact import DEFAULT_ARTIFACT_DIR, Manifest, read_manifest
+from .encoder import check_device_name, open_encoder, static_table_path
+from .scoring import routing_scores
+
+RUNTIMES: tuple[str, ...] = ("auto", "numpy", "torch")
+
+
+class NetworkForward(Protocol):
+    """A forward-pass backend: the artifact's manifest, the learned boosts and gamma, and
+    ``forward(embeddings [B, D], policy_tau_norm [B]) -> (p_all [B, K], mu [B])``."""
+
+    runtime: str
+    manifest: Manifest
+    boost: np.ndarray
+    gamma: np.ndarray
+
+    def forward(self, embeddings: np.ndarray, policy_tau_norm: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -108,34 +127,54 @@ class ProteusPredictor:
         truncation: str | None = None,
         max_batch_tokens: int | None = None,
         mix_operating_points: bool = True,
+        runtime: str = "auto",
     ):
         """Speed options (see ``encoder.py``): ``backend`` auto|hf|fused (equal to the training
         encoder to ~1e-7), ``memory_cache`` = in-process LRU entries (exact; 0 = off), ``precision``
         auto (default: fp16 on CUDA, bf16 on CPUs with native bf16, else fp32; ``proteus eval
         --precision`` measures its routing) |fp32|bf16|fp16, ``quantize`` None|"int8" (moves
-        embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide), ``max_tokens``/``truncation``
+        embeddings and depends on the batch: evaluate first), ``threads`` = torch intra-op threads (process-wide; the numpy runtime
+        runs one BLAS thread), ``max_tokens``/``truncation``
         override the artifact's length policy (changes embeddings), ``max_batch_tokens`` = padded
         tokens per forward pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit).
 
         ``mix_operating_points``: where the artifact stores a cost frontier, reach a tau between two
         operating points by routing a share of requests (by prompt hash) at each -- the cheapest
         way to the target on average.  False routes every request at the single point that meets
-        tau alone: dearer, with more slack over tau in every window of traffic."""
-        import torch
+        tau alone: dearer, with more slack over tau in every window of traffic.
 
-        from .devices import choose_device
-        from .encoder import TextEncoder
-
-        if threads is not None:
-            if threads < 1:
-                raise ValueError(f"threads must be >= 1; got {threads}")
-            torch.set_num_threads(threads)
+        ``runtime``: ``auto`` = ``numpy`` for a static-table artifact on device auto/cpu (torch is
+        never imported), else ``torch``; ``numpy`` forces the numpy forward (CPU); ``torch`` the
+        torch one (needs the ``[train]`` extra or torch installed)."""
+        if runtime not in RUNTIMES:
+            raise ValueError(f"predictor_options.runtime must be one of {RUNTIMES}; got {runtime!r}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1; got {threads}")
+        check_device_name(device)
         self.artifact_dir = Path(artifact) if artifact else DEFAULT_ARTIFACT_DIR
-        self.model, self.manifest = load_artifact(self.artifact_dir, map_location="cpu")
-        spec = self.manifest.encoder
-        self.device = choose_device(device, spec.resolve(self.artifact_dir))  # auto: see devices.py
-        self.model.to(self.device)
-        self.encoder = TextEncoder(
+        spec = read_manifest(self.artifact_dir).encoder
+        static = static_table_path(spec.resolve(self.artifact_dir)) is not None
+        if runtime == "auto":
+            runtime = "numpy" if static and device in ("auto", "cpu") else "torch"
+        if runtime == "numpy":
+            if device not in ("auto", "cpu"):
+                raise ValueError(f"runtime 'numpy' runs on the CPU: device must be 'auto' or 'cpu'; got {device!r}")
+            from .forward_numpy import NumpyForward
+
+            self.device = "cpu"
+            self.network: NetworkForward = NumpyForward(self.artifact_dir)
+        else:
+            from .devices import choose_device
+            from .forward_torch import TorchForward
+
+            self.device = choose_device(device, spec.resolve(self.artifact_dir))  # auto: see devices.py
+            self.network = TorchForward(self.artifact_dir, self.device)
+        if threads is not None and (runtime == "torch" or not static):
+            import torch
+
+            torch.set_num_threads(threads)
+        self.manifest = self.network.manifest
+        self.encoder = open_encoder(
             spec.resolve(self.artifact_dir),
             device=self.device,
             max_tokens=max_tokens or spec.max_tokens,
@@ -156,7 +195,6 @@ class ProteusPredictor:
             raise ValueError(f"predictor_options.mix_operating_points must be true or false; got {mix_operating_points!r}")
         self.mix_operating_points = mix_operating_points
         self.costs = self.manifest.cost_normalizer
-        self._torch = torch
 
     @property
     def models(self) -> list[str]:
@@ -184,7 +222,6 @@ class ProteusPredictor:
         every request at the single calibrated policy tau that meets its tau alone.  ``deltas``: the
         compliance controller's offsets, routing each request at calibrated(tau_effective + delta)
         (past the top of the table: the top operating point)."""
-        torch = self._torch
         if not (len(embeddings) == len(taus) == len(candidates)):
             raise ValueError("embeddings, taus and candidates must have the same length")
         if draws is not None and len(draws) != len(taus):
@@ -199,14 +236,8 @@ class ProteusPredictor:
             self.taus.policy_tau(t + offsets[row], None if draws is None else draws[row])
             for row, (t, _) in enumerate(effective)
         ]
-        tau_norm = torch.tensor([self.manifest.tau_norm(t) for t in policy_taus], dtype=torch.float32)
-        with torch.inference_mode():
-            emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32), device=self.device)
-            z = self.model.embed(emb)
-            p_all = torch.sigmoid(self.model.performance_logits(z)).cpu()
-            mu = self.model.policy(z, tau_norm.to(self.device), INFERENCE_LAMBDA).mean.cpu()
-            boost = self.model.boost.detach().cpu()
-            gamma = self.model.gamma.detach().cpu()
+        tau_norm = np.array([self.manifest.tau_norm(t) for t in policy_taus], dtype=np.float32)
+        p_all, mu = self.network.forward(np.asarray(embeddings, dtype=np.float32), tau_norm)
         # All requests at once: candidates padded to the longest list; element-wise eq. 2 on the
         # same dtypes as a per-request loop, so scores and choices are identical to it.
         sizes = [len(c) for c in candidates]
@@ -216,17 +247,13 @@ class ProteusPredictor:
         for row, cands in enumerate(candidates):
             slots[row, : sizes[row]] = [c.slot for c in cands]
             costs[row, : sizes[row]] = [c.cost_usd for c in cands]
-        slots_t = torch.from_numpy(slots)
-        cost_norm = torch.from_numpy(self.costs.normalize(costs))
-        p = p_all.gather(1, slots_t)
-        s = routing_scores(p, mu, boost[slots_t], gamma, cost_norm)
-        valid = torch.arange(width).unsqueeze(0) < torch.tensor(sizes).unsqueeze(1)
-        best_all = s.masked_fill(~valid, float("-inf")).argmax(dim=1).tolist()
-        if self.manifest.p_calibration is None:
-            p_rows = p.tolist()
-        else:  # calibrated in slot order, then gathered per candidate like p
-            p_rows = np.take_along_axis(self.manifest.calibrated_p(p_all.numpy()), slots, axis=1).tolist()
-        s_rows, mu_rows = s.tolist(), mu.tolist()
+        p = np.take_along_axis(p_all, slots, axis=1)
+        s = routing_scores(p, mu, self.network.boost[slots], self.network.gamma, self.costs.normalize(costs))
+        valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
+        best_all = np.where(valid, s, -np.inf).argmax(axis=1).tolist()
+        if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
+            p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
+        p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):
             best, n = best_all[row], sizes[row]

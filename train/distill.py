@@ -3,7 +3,7 @@
 For every token id t of the encoder's vocabulary, the transformer runs once on ``[CLS] t [SEP]``
 (the tokenizer's own special tokens) and the hidden state at t's position becomes t's vector.  The
 folder written holds that table (``static_embeddings.safetensors``, fp16 to halve the size; loaded
-as fp32) and the tokenizer; ``TextEncoder`` treats such a folder as an encoder whose prompt
+as fp32) and the tokenizer; ``open_encoder`` treats such a folder as an encoder whose prompt
 embedding is the mean of its kept tokens' vectors (see ``litellm_proteus/encoder.py``).
 
 Choices, measured on RouterBench-partial with the performance head alone (same splits, same head,
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from litellm_proteus.artifact import save_shared_safetensors
-from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY, TextEncoder, static_table_path
+from litellm_proteus.artifact import MANIFEST_FILE, encoder_files_sha256, read_manifest, save_shared_safetensors
+from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY, open_encoder, static_table_path
 
 RECIPE = "token-in-context:[prefix] t [suffix], hidden state at t; no weighting; fp16 table"
 INFO_FILE = "proteus_static.json"
@@ -35,12 +35,12 @@ INFO_FILE = "proteus_static.json"
 def distill_static(
     base: str, out_dir: str | os.PathLike, *, device: str = "auto", batch_size: int = 1024, progress: bool = False
 ) -> Path:
-    """Distil ``base`` (any encoder ``TextEncoder`` loads) into a static encoder folder ``out_dir``."""
+    """Distil ``base`` (any encoder ``open_encoder`` opens) into a static encoder folder ``out_dir``."""
     import torch
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
-    encoder = TextEncoder(base, device=device, backend="hf")  # its tokenizer and special-token template
+    encoder = open_encoder(base, device=device, backend="hf")  # its tokenizer and special-token template
     if encoder.model is None:
         raise ValueError(f"encoder {base!r} is already static")
     prefix, suffix = encoder.special_ids
@@ -98,6 +98,26 @@ def copy_static_encoder(source: str | os.PathLike, target: str | os.PathLike) ->
     """Put a static encoder folder inside an artifact (``target`` is replaced)."""
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target)
+
+
+def share_static_encoder(artifact_dir: str | os.PathLike, shared: str | os.PathLike) -> Path:
+    """Point the artifact's bundled static encoder at ``shared`` (a folder with the same files, byte
+    for byte, e.g. the default artifact's ``encoder/``) and delete the artifact's own copy: artifacts
+    shipped together then hold one table.  The manifest keeps the files' hashes, checked at load."""
+    artifact, shared = Path(artifact_dir), Path(shared)
+    manifest = read_manifest(artifact)
+    spec = manifest.encoder
+    if not spec.bundled or static_table_path(str(shared)) is None:
+        raise ValueError(f"{artifact}: only a bundled static encoder can be shared, with a static encoder folder ({shared})")
+    own = artifact / spec.name
+    if encoder_files_sha256(shared) != spec.files_sha256:
+        raise ValueError(f"{shared}: its files differ from {artifact}'s encoder (manifest encoder.files_sha256); not shared")
+    name = os.path.relpath(shared.resolve(), artifact.resolve())
+    updated = manifest.model_copy(update={"encoder": spec.model_copy(update={"name": Path(name).as_posix()})})
+    (artifact / MANIFEST_FILE).write_text(json.dumps(updated.model_dump(mode="json"), indent=2) + "\n")
+    if own.resolve() != shared.resolve():
+        shutil.rmtree(own, ignore_errors=True)
+    return shared
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -45,7 +45,7 @@ from torch import nn
 
 from litellm_proteus import __version__
 from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, save_artifact
-from litellm_proteus.encoder import TextEncoder, resolve_device
+from litellm_proteus.encoder import Encoder, open_encoder, resolve_device
 from litellm_proteus.model import ModelConfig, ProteusModel
 
 from .calibration import OperatingCurve, accuracy_curve, best_single_accuracy, calibrate, derive_tau_range, oracle_accuracy
@@ -80,10 +80,10 @@ def set_determinism(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def make_encoder(config: TrainConfig, name: str | None = None) -> TextEncoder:
+def make_encoder(config: TrainConfig, name: str | None = None) -> Encoder:
     """The frozen encoder ``name`` (default: ``config.encoder``) with the embedding cache."""
     cache = os.path.join(config.cache_dir, "embeddings") if config.cache_dir else None
-    return TextEncoder(
+    return open_encoder(
         name or config.encoder,
         device=config.device,
         max_tokens=config.max_tokens,
@@ -96,7 +96,7 @@ BUNDLED_ENCODER_DIR = "encoder"  # a fine-tuned or static encoder travels inside
 
 
 def finetune_encoder(
-    encoder: TextEncoder, data: RoutingLog, train_idx: np.ndarray, config: TrainConfig, generator: torch.Generator
+    encoder: Encoder, data: RoutingLog, train_idx: np.ndarray, config: TrainConfig, generator: torch.Generator
 ) -> None:
     """--finetune-encoder: adapt the encoder to the routing task with the performance loss.
 

@@ -52,7 +52,11 @@ RETRY_BREADCRUMBS = ("previous_models", "request_retry_count")
 def bad_request(message: str, param: str) -> ProxyException:
     """HTTP 400 in OpenAI's error shape (``{"error": {"message", "type", "param", "code"}}``), the
     same on every endpoint (an HTTPException's detail comes out as a dict repr on some)."""
-    return ProxyException(message=message, type="invalid_request_error", param=param, code=400)
+    error = ProxyException(message=message, type="invalid_request_error", param=param, code=400)
+    # LiteLLM 1.104-1.105's /v1/completions re-wraps a hook's exception with
+    # code=getattr(e, "status_code", 500): carry the status there too.
+    error.status_code = 400  # type: ignore[attr-defined]
+    return error
 
 
 class ProteusHook(CustomLogger):

@@ -1,4 +1,4 @@
-"""The two places where PROTEUS touches LiteLLM internals (litellm==1.106.0), applied on import.
+"""The two places where PROTEUS touches LiteLLM internals (litellm 1.104.0 to 1.106.x), applied on import.
 
 1. ``litellm.router_utils.routing_groups.VALID_ROUTING_STRATEGIES`` gains ``"proteus"``: LiteLLM
    rejects unknown ``routing_strategy`` names when a Router is built or re-configured.
@@ -31,10 +31,13 @@ from ..config import STRATEGY_NAME, ProteusConfig, ProteusConfigError
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
 from ..tiers import shared_store
+from .compat import ROUTER_METHOD_ALIASES
 from .strategy import ProteusRoutingStrategy, artifact_dir, load_predictor, release_unused
 
 logger = logging.getLogger("litellm_proteus.router")
-SUPPORTED_LITELLM = "1.106.0"
+# The tested range (pyproject.toml states the same; tests/test_packaging.py keeps them equal):
+# CI runs the suite on the newest testable release and the proxy end-to-end tests on the oldest.
+SUPPORTED_LITELLM = ">=1.104.0,<1.107"
 PATCH_MARKER = "__proteus_patched__"
 
 # Router internals PROTEUS relies on, with the parameters it passes.
@@ -76,7 +79,7 @@ class IncompatibleLiteLLMError(RuntimeError):
 def check_litellm() -> None:
     problems = []
     for name, params in REQUIRED_ROUTER_API.items():
-        fn = inspect.getattr_static(Router, name, None)
+        fn = inspect.getattr_static(Router, name, None) or inspect.getattr_static(Router, ROUTER_METHOD_ALIASES.get(name, name), None)
         if fn is None:
             problems.append(f"Router.{name} is missing")
             continue
@@ -89,7 +92,7 @@ def check_litellm() -> None:
         problems.append("litellm.router_utils.routing_groups.VALID_ROUTING_STRATEGIES is missing")
     if problems:
         raise IncompatibleLiteLLMError(
-            f"litellm-proteus needs litellm=={SUPPORTED_LITELLM}; found litellm {_litellm_version()}: " + "; ".join(problems)
+            f"litellm-proteus supports litellm{SUPPORTED_LITELLM}; found litellm {_litellm_version()}: " + "; ".join(problems)
         )
 
 

@@ -24,10 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import litellm
-from litellm.litellm_core_utils.core_helpers import (
-    get_metadata_variable_name_from_kwargs,
-    get_parent_otel_span_from_kwargs,
-)
+from litellm.litellm_core_utils.core_helpers import get_metadata_variable_name_from_kwargs
 from litellm.router_strategy.simple_shuffle import simple_shuffle
 from litellm.router_utils.handle_error import async_raise_no_deployment_exception
 from litellm.types.router import CustomRoutingStrategyBase
@@ -43,6 +40,7 @@ from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, r
 from ..observability import DecisionRecord, RateLimitedWarnings, log_decision, record_metrics, record_tier_error
 from ..tiers import TierStore, TierStoreError, hash_key
 from . import serving_log
+from .compat import get_parent_otel_span_from_kwargs, model_from_alias
 
 logger = logging.getLogger("litellm_proteus.router")
 DECISION_METADATA_KEY = "proteus"
@@ -143,7 +141,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         if model in self._groups:
             return True
         router = self._router()
-        return router is not None and (router.get_model_from_alias(model) or model) in self._groups
+        return router is not None and (model_from_alias(router, model) or model) in self._groups
 
     def reaches(self, model: Any, request_fallbacks: Any = None) -> bool:
         """Whether a request for ``model`` may be routed by PROTEUS: the group is managed, or one of
@@ -247,7 +245,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         strategy, selector = router._get_routing_context(model, request_kwargs)
         if selector is None or strategy in (None, "simple-shuffle", STRATEGY_NAME):
             return simple_shuffle(
-                resolve_model_alias=router.get_model_from_alias,
+                resolve_model_alias=lambda name: model_from_alias(router, name),
                 healthy_deployments=healthy,
                 model=model,
                 request_kwargs=request_kwargs,

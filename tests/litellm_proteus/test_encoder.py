@@ -7,12 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from litellm_proteus.encoder import EmbeddingCache, TextEncoder, resolve_device, resolve_encoder_path
+from litellm_proteus.encoder import open_encoder, resolve_device, resolve_encoder_path
+from litellm_proteus.encoder_cache import EmbeddingCache, text_hash
 
 
 @pytest.fixture(scope="module")
 def encoder():
-    return TextEncoder(device="cpu", max_tokens=32)
+    return open_encoder(device="cpu", max_tokens=32)
 
 
 def test_default_encoder_comes_from_the_pypi_package():
@@ -35,7 +36,7 @@ def test_tail_truncation_keeps_the_question_at_the_end(encoder):
     long_poem = shots + "Write a haiku about autumn leaves."
     tail = encoder.encode([long_math, long_poem])
     assert tail[0] @ tail[1] < 0.95  # the differing question survives truncation
-    head = TextEncoder(device="cpu", max_tokens=32, truncation="head").encode([long_math, long_poem])
+    head = open_encoder(device="cpu", max_tokens=32, truncation="head").encode([long_math, long_poem])
     assert head[0] @ head[1] > 0.999  # head keeps only the shared few-shot prefix
     ids = encoder._token_ids([long_math])[0]
     assert len(ids) + len(encoder._prefix) + len(encoder._suffix) == 32
@@ -49,10 +50,10 @@ def test_batching_and_order_do_not_change_embeddings(encoder):
 
 
 def test_cache_round_trip_and_fingerprint(tmp_path):
-    enc = TextEncoder(device="cpu", max_tokens=32, cache_dir=tmp_path)
+    enc = open_encoder(device="cpu", max_tokens=32, cache_dir=tmp_path)
     first = enc.encode(["cache me"])
-    assert enc.cache.get_many([__import__("litellm_proteus.encoder", fromlist=["text_hash"]).text_hash("cache me")])
-    again = TextEncoder(device="cpu", max_tokens=32, cache_dir=tmp_path).encode(["cache me"])
+    assert enc.cache.get_many([text_hash("cache me")])
+    again = open_encoder(device="cpu", max_tokens=32, cache_dir=tmp_path).encode(["cache me"])
     assert np.array_equal(first, again)
     other = EmbeddingCache(tmp_path, "another-encoder|max_tokens=32")
     assert other.path != enc.cache.path  # different fingerprint, different store
@@ -60,7 +61,7 @@ def test_cache_round_trip_and_fingerprint(tmp_path):
 
 def test_bad_options_name_the_field():
     with pytest.raises(ValueError, match="truncation"):
-        TextEncoder(truncation="middle")  # type: ignore[arg-type]
+        open_encoder(truncation="middle")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="device"):
         resolve_device("tpu")
 
@@ -91,10 +92,10 @@ def static_folder(tmp_path):
 
 
 def test_a_static_table_needs_its_own_tokenizer(static_folder):
-    TextEncoder(str(static_folder))  # complete: loads
+    open_encoder(str(static_folder))  # complete: loads
     (static_folder / "tokenizer.json").unlink()
-    with pytest.raises(ValueError, match=r"the tokenizer has \d+ tokens but the static table"):
-        TextEncoder(str(static_folder))
+    with pytest.raises(ValueError, match=r"needs its own tokenizer.json beside it"):
+        open_encoder(str(static_folder))
 
 
 def test_a_corrupt_static_table_is_named(static_folder):
@@ -102,4 +103,4 @@ def test_a_corrupt_static_table_is_named(static_folder):
 
     (static_folder / STATIC_TABLE_FILE).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken")
     with pytest.raises(ValueError, match=f"{STATIC_TABLE_FILE}: unreadable static token table"):
-        TextEncoder(str(static_folder))
+        open_encoder(str(static_folder))

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 
 import litellm_proteus.encoder as encoder_module
-from litellm_proteus.encoder import MemoryLRU, TextEncoder, fused_supported, native_layer_available, resolve_precision
+import litellm_proteus.encoder_transformer as transformer_module
+from litellm_proteus.encoder import open_encoder
+from litellm_proteus.encoder_cache import MemoryLRU
+from litellm_proteus.encoder_transformer import fused_supported, native_layer_available, resolve_precision
 from proteus_train.bench.prompts import load_prompts
 
 
@@ -20,7 +23,7 @@ def prompts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def hf_encoder():
-    return TextEncoder(device="cpu", backend="hf")
+    return open_encoder(device="cpu", backend="hf")
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +32,12 @@ def reference(hf_encoder, prompts):
 
 
 def test_default_backend_is_the_transformers_module(hf_encoder):
-    assert TextEncoder.__init__.__kwdefaults__["backend"] == "hf"
+    assert open_encoder.__kwdefaults__["backend"] == "hf"
     assert hf_encoder.backend == "hf" and hf_encoder.fingerprint.endswith("pooling=mean-l2")
 
 
 def test_fused_backend_matches_transformers(hf_encoder, prompts, reference):
-    fused = TextEncoder(device="cpu", backend="auto", batch_size=5)  # uneven chunks: padded batches
+    fused = open_encoder(device="cpu", backend="auto", batch_size=5)  # uneven chunks: padded batches
     assert fused.backend == "fused"
     assert np.abs(fused.encode(prompts) - reference).max() < 1e-5
     one = fused.encode(prompts[:1])  # batch of one: the unpadded path
@@ -52,7 +55,7 @@ def test_fused_refuses_unsupported_architectures():
 
 
 def test_memory_lru_is_exact_and_bounded(prompts, reference):
-    encoder = TextEncoder(device="cpu", backend="fused", memory_cache=8)
+    encoder = open_encoder(device="cpu", backend="fused", memory_cache=8)
     first = encoder.encode(prompts[:6])
     assert len(encoder.memory) == 6 and encoder.memory.hits == 0
     again = encoder.encode(prompts[:6])
@@ -74,7 +77,7 @@ def test_memory_lru_evicts_least_recent():
 
 @pytest.mark.parametrize("truncation", ["tail", "head", "head_tail"])
 def test_windowed_tokenisation_equals_full(hf_encoder, prompts, truncation):
-    encoder = TextEncoder(device="cpu", max_tokens=32, truncation=truncation)
+    encoder = open_encoder(device="cpu", max_tokens=32, truncation=truncation)
     budget = encoder.max_tokens - len(encoder._prefix) - len(encoder._suffix)
     long_texts = ["\n".join(prompts[i:] + prompts[:i]) for i in range(0, 24, 3)]
     assert all(encoder._windowed_ids(t, budget) is not None for t in long_texts)  # the fast path ran
@@ -86,42 +89,42 @@ def test_windowed_tokenisation_equals_full(hf_encoder, prompts, truncation):
 
 
 def test_bf16_and_int8_stay_close(prompts, reference):
-    bf16 = TextEncoder(device="cpu", backend="fused", precision="bf16")
+    bf16 = open_encoder(device="cpu", backend="fused", precision="bf16")
     assert "precision=bf16" in bf16.fingerprint
     assert ((bf16.encode(prompts) * reference).sum(1)).min() > 0.999
-    int8 = TextEncoder(device="cpu", backend="fused", quantize="int8")
+    int8 = open_encoder(device="cpu", backend="fused", quantize="int8")
     assert "quantize=int8" in int8.fingerprint
     assert ((int8.encode(prompts) * reference).sum(1)).min() > 0.9
 
 
 @pytest.mark.skipif(not native_layer_available(), reason="this torch has no fused encoder-layer kernel")
 def test_bf16_runs_the_native_layer_and_matches_on_padded_batches(prompts, reference):
-    encoder = TextEncoder(device="cpu", backend="fused", precision="bf16", batch_size=3)  # padded batches
+    encoder = open_encoder(device="cpu", backend="fused", precision="bf16", batch_size=3)  # padded batches
     assert encoder._runner.native
     assert ((encoder.encode(prompts) * reference).sum(1)).min() > 0.999
-    single = TextEncoder(device="cpu", backend="fused", precision="bf16", batch_size=1)  # unpadded path
+    single = open_encoder(device="cpu", backend="fused", precision="bf16", batch_size=1)  # unpadded path
     assert ((single.encode(prompts[:4]) * reference[:4]).sum(1)).min() > 0.999
 
 
 def test_native_layer_is_dropped_when_the_probe_disagrees(monkeypatch):
-    monkeypatch.setattr(encoder_module, "fused_probe_error", lambda *a: 1.0 if a[1].native else 0.0)
-    encoder = TextEncoder(device="cpu", backend="fused", precision="bf16")
+    monkeypatch.setattr(transformer_module, "fused_probe_error", lambda *a: 1.0 if a[1].native else 0.0)
+    encoder = open_encoder(device="cpu", backend="fused", precision="bf16")
     assert encoder.backend == "fused" and not encoder._runner.native
 
 
 def test_fine_tuning_refuses_a_cast_encoder():
     with pytest.raises(ValueError, match="encode_tensor .fine-tuning. needs precision 'fp32'"):
-        TextEncoder(device="cpu", backend="fused", precision="bf16").encode_tensor(["a prompt"])
+        open_encoder(device="cpu", backend="fused", precision="bf16").encode_tensor(["a prompt"])
 
 
 def test_fp32_keeps_the_python_layer():
-    assert not TextEncoder(device="cpu", backend="fused")._runner.native
+    assert not open_encoder(device="cpu", backend="fused")._runner.native
 
 
 def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
-    monkeypatch.setattr(encoder_module, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(transformer_module, "cpu_has_native_bf16", lambda: False)
     assert resolve_precision("auto", "cpu") == "fp32"
-    monkeypatch.setattr(encoder_module, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(transformer_module, "cpu_has_native_bf16", lambda: True)
     assert resolve_precision("auto", "cpu") == "bf16"
     assert resolve_precision("auto", "cuda") == "fp16"
     assert resolve_precision("fp32", "cpu") == "fp32"
@@ -141,7 +144,7 @@ def test_auto_precision_is_bf16_only_on_cpus_with_native_bf16(monkeypatch):
 )
 def test_bad_options_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        TextEncoder(device="cpu", **kwargs)
+        open_encoder(device="cpu", **kwargs)
 
 
 def test_cpu_batches_are_bucketed_by_length(hf_encoder, monkeypatch, prompts, reference):
@@ -154,7 +157,7 @@ def test_cpu_batches_are_bucketed_by_length(hf_encoder, monkeypatch, prompts, re
     assert hf_encoder._buckets(list(range(6)), lengths) == [list(range(6))]
     monkeypatch.undo()
     mixed = [p[:40] for p in prompts[:6]] + prompts[6:12]  # short and long in one call: several buckets
-    expected = np.concatenate([TextEncoder.encode(hf_encoder, [p]) for p in mixed])
+    expected = np.concatenate([encoder_module.Encoder.encode(hf_encoder, [p]) for p in mixed])
     assert np.abs(hf_encoder.encode(mixed) - expected).max() < 1e-5
 
 
@@ -169,7 +172,7 @@ def test_cpu_forward_passes_are_cut_into_equal_parts_of_about_the_token_budget(h
     monkeypatch.setattr(hf_encoder, "max_batch_tokens", 0)  # 0 = no limit
     assert hf_encoder._buckets(order, [258] * 32) == [order]
     monkeypatch.setattr(hf_encoder, "max_batch_tokens", 64)  # cut into passes of ~2 rows: same embeddings
-    whole = TextEncoder.encode(hf_encoder, prompts[:8])
+    whole = encoder_module.Encoder.encode(hf_encoder, prompts[:8])
     monkeypatch.setattr(hf_encoder, "max_batch_tokens", 0)
     assert np.abs(whole - hf_encoder.encode(prompts[:8])).max() < 1e-5
 
@@ -177,13 +180,13 @@ def test_cpu_forward_passes_are_cut_into_equal_parts_of_about_the_token_budget(h
 def test_fused_runner_follows_fine_tuning(prompts):
     import torch
 
-    encoder = TextEncoder(device="cpu", backend="fused")
+    encoder = open_encoder(device="cpu", backend="fused")
     before = encoder.encode(prompts[:2])
     encoder.encode_tensor(prompts[:1])  # the fine-tuning path marks the fused copy stale
     with torch.no_grad():
         encoder.model.encoder.layer[0].attention.self.query.weight.mul_(1.5)  # an "optimizer step"
     after = encoder.encode(prompts[:2])
-    reference = TextEncoder(device="cpu", backend="hf")
+    reference = open_encoder(device="cpu", backend="hf")
     reference.model.load_state_dict(encoder.model.state_dict())
     expected = reference.encode(prompts[:2])
     assert np.abs(after - expected).max() < 1e-5 and np.abs(after - before).max() > 1e-3

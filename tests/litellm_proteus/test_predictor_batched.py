@@ -15,10 +15,10 @@ def one_by_one(predictor: ProteusPredictor, embeddings, taus, candidates):
     effective = [predictor.taus.effective(t) for t in taus]
     tau_norm = torch.tensor([predictor.taus.policy_tau_norm(t) for t, _ in effective], dtype=torch.float32)
     with torch.inference_mode():
-        z = predictor.model.embed(torch.as_tensor(embeddings))
-        p_all = torch.sigmoid(predictor.model.performance_logits(z))
-        mu = predictor.model.policy(z, tau_norm, INFERENCE_LAMBDA).mean
-        boost, gamma = predictor.model.boost.detach(), predictor.model.gamma.detach()
+        z = predictor.network.model.embed(torch.as_tensor(embeddings))
+        p_all = torch.sigmoid(predictor.network.model.performance_logits(z))
+        mu = predictor.network.model.policy(z, tau_norm, INFERENCE_LAMBDA).mean
+        boost, gamma = predictor.network.model.boost.detach(), predictor.network.model.gamma.detach()
     out = []
     for row, cands in enumerate(candidates):
         slots = torch.tensor([c.slot for c in cands])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from litellm_proteus.encoder import STATIC_TABLE_FILE, TextEncoder
+from litellm_proteus.encoder import STATIC_TABLE_FILE, open_encoder
 from proteus_train import distill
 from proteus_train.distill import INFO_FILE, cached_static_encoder, distill_static
 
@@ -41,12 +41,15 @@ def test_each_row_is_the_tokens_hidden_state_between_the_special_tokens(tiny_ber
 
 def test_a_static_folder_encodes_prompts_as_the_mean_of_their_kept_tokens(static_dir, tmp_path):
     from safetensors.torch import load_file
+    from transformers import AutoTokenizer
 
     table = load_file(str(static_dir / STATIC_TABLE_FILE))["embeddings"].float().numpy()
-    encoder = TextEncoder(str(static_dir), device="cpu", max_tokens=16, truncation="tail", precision="bf16")
-    assert (encoder.backend, encoder.precision, encoder.embed_dim, encoder.model) == ("static", "fp32", 16, None)
+    encoder = open_encoder(str(static_dir), device="cpu", max_tokens=16, truncation="tail", precision="bf16")
+    assert (encoder.backend, encoder.precision, encoder.embed_dim) == ("static", "fp32", 16)
+    assert not hasattr(encoder, "encode_tensor")  # a table is not fine-tuned
     long_text = "filler words " * 40 + "what is the capital of France?"
-    kept = encoder.tokenizer(long_text, add_special_tokens=False)["input_ids"][-14:]  # 16 minus [CLS], [SEP]
+    reference_tokenizer = AutoTokenizer.from_pretrained(str(static_dir))  # the trainer's tokenizer: same ids
+    kept = reference_tokenizer(long_text, add_special_tokens=False)["input_ids"][-14:]  # 16 minus [CLS], [SEP]
     expected = table[kept].mean(0)
     vecs = encoder.encode([long_text, "", "short one"])
     np.testing.assert_allclose(vecs[0], expected / np.linalg.norm(expected), rtol=1e-5, atol=1e-6)
@@ -55,20 +58,18 @@ def test_a_static_folder_encodes_prompts_as_the_mean_of_their_kept_tokens(static
     assert "static=" in encoder.fingerprint
     copy = tmp_path / "copy"  # an artifact's bundled copy of the same table shares the embedding cache
     distill.copy_static_encoder(static_dir, copy)
-    assert TextEncoder(str(copy), device="cpu", max_tokens=16).fingerprint == encoder.fingerprint
-    with pytest.raises(ValueError, match="cannot be fine-tuned"):
-        encoder.encode_tensor(["x"])
+    assert open_encoder(str(copy), device="cpu", max_tokens=16).fingerprint == encoder.fingerprint
 
 
 def test_static_folders_refuse_transformer_only_options_by_name(static_dir, tiny_bert):
     with pytest.raises(ValueError, match="backend must be 'auto', 'hf' or 'static'; got 'fused'"):
-        TextEncoder(str(static_dir), device="cpu", backend="fused")
+        open_encoder(str(static_dir), device="cpu", backend="fused")
     with pytest.raises(ValueError, match="quantize must be None; got 'int8'"):
-        TextEncoder(str(static_dir), device="cpu", quantize="int8")
+        open_encoder(str(static_dir), device="cpu", quantize="int8")
     with pytest.raises(ValueError, match="precision must be one of"):
-        TextEncoder(str(static_dir), device="cpu", precision="fp8")
+        open_encoder(str(static_dir), device="cpu", precision="fp8")
     with pytest.raises(ValueError, match="backend 'static' needs a static encoder folder"):
-        TextEncoder(str(tiny_bert), device="cpu", backend="static")
+        open_encoder(str(tiny_bert), device="cpu", backend="static")
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         distill_static(str(tiny_bert), static_dir.parent / "never", batch_size=0)
 
@@ -95,4 +96,4 @@ def test_cli_writes_a_folder_usable_as_an_encoder(tiny_bert, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)
     assert summary["out"] == str(out) and summary["dims"] == 16
-    assert TextEncoder(str(out), device="cpu").encode(["hello"]).shape == (1, 16)
+    assert open_encoder(str(out), device="cpu").encode(["hello"]).shape == (1, 16)

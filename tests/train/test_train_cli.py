@@ -192,9 +192,9 @@ def test_finetune_encoder_ships_the_tuned_encoder_in_the_artifact(trained):
     assert manifest.encoder.bundled and (base / "ft" / manifest.encoder.name / "config.json").is_file()
     predictor = ProteusPredictor(base / "ft", device="cpu")
     tuned = predictor.encoder.encode(["What is 3 plus 4? Answer with a number."])
-    from litellm_proteus.encoder import TextEncoder
+    from litellm_proteus.encoder import open_encoder
 
-    frozen = TextEncoder(device="cpu").encode(["What is 3 plus 4? Answer with a number."])
+    frozen = open_encoder(device="cpu").encode(["What is 3 plus 4? Answer with a number."])
     assert not np.allclose(tuned, frozen, atol=1e-4)  # the weights really moved
     decision = predictor.decide(["What is 3 plus 4?"], [0.8], [[Candidate(0, 1e-3), Candidate(2, 1e-5)]])[0]
     assert decision.model in MODELS

@@ -157,7 +157,9 @@ def print_report(result: dict) -> None:
             + (f" (p50 ratio per run: {', '.join(f'{r:.4f}' for r in p['p50_ratio_runs'])})" if "p50_ratio_runs" in p else "")
         )
     print(f"repeated prompt (memory LRU hit), batch 1: p50 {result['cache_hit']['p50_ms']:.2f} ms")
-    print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB")
+    shuffle_rss = (result["proxy"] or {}).get("shuffle_rss_mb")
+    print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB"
+          + (f" vs simple-shuffle proxy worker {shuffle_rss:.0f} MiB (+{result['rss_mb'] - shuffle_rss:.0f} MiB)" if shuffle_rss else ""))
     if result.get("quality"):
         print(f"vs fp32 reference: {result['quality']}")
 
@@ -233,10 +235,9 @@ def run(args: argparse.Namespace) -> int:
 
     data_dir = None if args.data == "none" else (args.data or default_data_dir())
     prompts, source = load_prompts(data_dir, seed=args.seed)
-    tokenizer = predictor.encoder.tokenizer
     lengths = sorted(set(args.tokens) | ({args.concurrency_tokens} if not args.skip_concurrency else set())
                      | ({args.proxy_tokens} if not args.skip_proxy else set()))
-    pools = {n: cut_prompts(prompts, tokenizer, n, args.pool_size) for n in lengths}
+    pools = {n: cut_prompts(prompts, predictor.encoder.content_offsets, n, args.pool_size) for n in lengths}
     progress(f"{len(prompts)} prompts from {source}; artifact {artifact}; device {predictor.device}")
 
     budget = CellBudget(seconds=args.cell_seconds, min_iters=args.min_iters, max_iters=max(args.min_iters, args.max_iters))

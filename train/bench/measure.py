@@ -97,7 +97,7 @@ def table3(
 
 def cache_hit(predictor: ProteusPredictor, prompt: str, budget: CellBudget) -> dict:
     """Batch-1 latency of a prompt already in the encoder's in-memory LRU (hash + heads)."""
-    from litellm_proteus.encoder import MemoryLRU
+    from litellm_proteus.encoder_cache import MemoryLRU
 
     encoder = predictor.encoder
     saved, encoder.memory = encoder.memory, MemoryLRU(16)

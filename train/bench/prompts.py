@@ -17,6 +17,7 @@ import json
 import os
 import random
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
 BUNDLED_PROMPTS = Path(__file__).resolve().parent / "prompts.json"
@@ -61,8 +62,9 @@ def load_prompts(data_dir: str | os.PathLike | None, *, seed: int = 0) -> tuple[
     return prompts, source
 
 
-def cut_prompts(prompts: list[str], tokenizer: Any, n_tokens: int, count: int) -> list[str]:
-    """``count`` distinct texts of ``n_tokens`` content tokens each (see the module docstring).
+def cut_prompts(prompts: list[str], token_offsets: Callable[[str], Sequence[tuple[int, int]]], n_tokens: int, count: int) -> list[str]:
+    """``count`` distinct texts of ``n_tokens`` content tokens each (see the module docstring);
+    ``token_offsets(text)``: the (start, end) characters of each content token (``Encoder.content_offsets``).
 
     Cuts fall on token boundaries of the original text (offset mapping), so the text stays real
     prose/code; re-tokenising a cut can differ by a token where a word was split mid-way."""
@@ -75,11 +77,11 @@ def cut_prompts(prompts: list[str], tokenizer: Any, n_tokens: int, count: int) -
     while len(out) < count and i < len(prompts) * 4:  # bounded: every prompt used at most ~4 times
         text = prompts[i % len(prompts)]
         i += 1
-        offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        offsets = token_offsets(text)
         while len(offsets) < n_tokens and i < len(prompts) * 4:
             text = text + "\n\n" + prompts[i % len(prompts)]
             i += 1
-            offsets = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+            offsets = token_offsets(text)
         if len(offsets) < n_tokens:
             break
         cut = text[offsets[len(offsets) - n_tokens][0] :]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from litellm_proteus.encoder import TextEncoder
+from litellm_proteus.encoder import open_encoder
 from litellm_proteus.predictor import ProteusPredictor
 
 from .measure import BENCH_TAUS, bench_candidates
@@ -33,7 +33,7 @@ def compare_reference(
         return {"same_as_reference": True}
     if progress:
         progress(f"comparing with the fp32 reference encoder on {len(prompts)} prompts")
-    reference = TextEncoder(
+    reference = open_encoder(
         spec.resolve(artifact), device=predictor.device, max_tokens=spec.max_tokens, truncation=spec.truncation  # type: ignore[arg-type]
     )
     ref = reference.encode(prompts)

@@ -119,9 +119,9 @@ def make_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, d
     """The artifact's encoder as the proxy runs it: ``backend="auto"`` (equal to the training
     backend to ~1e-5, same disk cache) and ``precision`` (``auto`` = the proxy's default: bf16 on
     CPUs with native bf16, so routing is evaluated on the embeddings it will see)."""
-    from litellm_proteus.encoder import TextEncoder
+    from litellm_proteus.encoder import open_encoder
 
-    encoder = TextEncoder(
+    encoder = open_encoder(
         spec.resolve(artifact_dir),
         device=device,
         max_tokens=spec.max_tokens,

@@ -1,5 +1,6 @@
-"""The shipped configs are valid: every PROTEUS deployment maps to a RouterBench slot and has a
-price, and (once the default artifact exists) the tiers sit inside its trained tau range."""
+"""The shipped configs are valid: every PROTEUS deployment maps to a slot of the config's artifact
+(the bundled default, or the shipped ZeroEval one) and has a price, and the tiers sit inside that
+artifact's trained tau range."""
 
 from __future__ import annotations
 
@@ -14,12 +15,18 @@ from litellm_proteus.config import ProteusConfig
 from litellm_proteus.engine import DecisionEngine
 
 REPO = Path(__file__).resolve().parents[3]
-CONFIGS = ["config.example.yaml", "examples/tiers/config.yaml", "examples/real_providers.yaml"]
+CONFIGS = ["config.example.yaml", "examples/tiers/config.yaml", "examples/real_providers.yaml", "examples/zeroeval.yaml"]
 HAS_DEFAULT = (DEFAULT_ARTIFACT_DIR / "manifest.json").is_file()
 
 
 def load(name: str) -> dict:
     return yaml.safe_load((REPO / name).read_text())
+
+
+def artifact_of(config: ProteusConfig) -> Path:
+    """The config's artifact; relative paths are relative to the repository (the proxy's working
+    directory in the examples' instructions)."""
+    return REPO / config.artifact if config.artifact else DEFAULT_ARTIFACT_DIR
 
 
 @pytest.fixture
@@ -34,15 +41,17 @@ def test_config_is_valid_and_every_deployment_is_routable(name, env, make_artifa
     settings = data["router_settings"]
     assert settings["routing_strategy"] == "proteus"
     config = ProteusConfig.parse(settings["routing_strategy_args"])
-    manifest = read_manifest(DEFAULT_ARTIFACT_DIR if HAS_DEFAULT else make_artifact())  # RouterBench slots
+    directory = artifact_of(config)
+    manifest = read_manifest(directory if config.artifact or HAS_DEFAULT else make_artifact())
     DecisionEngine(manifest, config).check_model_list(data["model_list"])  # slot + price for each
 
 
 @pytest.mark.skipif(not HAS_DEFAULT, reason="default artifact not built yet")
 @pytest.mark.parametrize("name", CONFIGS)
-def test_tiers_sit_inside_the_default_artifacts_tau_range(name, env):
-    lo, hi = read_manifest(DEFAULT_ARTIFACT_DIR).tau_range
-    tiers = ProteusConfig.parse(load(name)["router_settings"]["routing_strategy_args"]).tiers
+def test_tiers_sit_inside_the_artifacts_tau_range(name, env):
+    config = ProteusConfig.parse(load(name)["router_settings"]["routing_strategy_args"])
+    lo, hi = read_manifest(artifact_of(config)).tau_range
+    tiers = config.tiers
     assert all(lo <= tau <= hi for tau in tiers.values()), (tiers, (lo, hi))
 
 

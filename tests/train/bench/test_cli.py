@@ -8,7 +8,7 @@ import math
 import pytest
 
 from litellm_proteus.cli import main
-from litellm_proteus.encoder import resolve_precision
+from litellm_proteus.encoder_transformer import resolve_precision
 
 TABLE3_KEYS = {"batch", "tokens", "p50_ms", "p95_ms", "p99_ms", "qps"}
 CONCURRENCY_KEYS = {"callers", "p50_ms", "p99_ms", "qps"}

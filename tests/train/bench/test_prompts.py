@@ -18,6 +18,10 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(resolve_encoder_path(DEFAULT_ENCODER), local_files_only=True)
 
 
+def offsets_of(tokenizer):
+    return lambda text: tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
+
 def n_tokens(tokenizer, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -45,7 +49,7 @@ def test_routerbench_turns_are_joined():
 @pytest.mark.parametrize("length", [32, 128, 512])
 def test_cut_to_token_length_from_the_tail(tokenizer, length):
     prompts, _ = load_prompts(None)
-    cut = cut_prompts(prompts, tokenizer, length, 20)
+    cut = cut_prompts(prompts, offsets_of(tokenizer), length, 20)
     assert len(cut) == 20 and len(set(cut)) == 20
     for text in cut:
         assert abs(n_tokens(tokenizer, text) - length) <= 2  # a mid-word cut may re-tokenise by a token
@@ -54,15 +58,15 @@ def test_cut_to_token_length_from_the_tail(tokenizer, length):
 
 
 def test_cut_repeats_when_the_pool_is_tiny(tokenizer):
-    cut = cut_prompts(["one short prompt about bread", "another about tea"], tokenizer, 4, 5)
+    cut = cut_prompts(["one short prompt about bread", "another about tea"], offsets_of(tokenizer), 4, 5)
     assert len(cut) == 5 and all(n_tokens(tokenizer, t) == 4 for t in cut)
 
 
 def test_cut_rejects_bad_input(tokenizer):
     with pytest.raises(ValueError, match="n_tokens and count"):
-        cut_prompts(["x"], tokenizer, 0, 3)
+        cut_prompts(["x"], offsets_of(tokenizer), 0, 3)
     with pytest.raises(ValueError, match="fewer than 64 tokens"):
-        cut_prompts(["tiny"], tokenizer, 64, 3)
+        cut_prompts(["tiny"], offsets_of(tokenizer), 64, 3)
 
 
 @pytest.mark.shared_data
@@ -70,5 +74,5 @@ def test_real_routerbench_prompts(shared_data, tokenizer):
     prompts, source = load_prompts(shared_data)
     assert source.startswith("routerbench") and len(prompts) > 3000
     assert not any(p.startswith("['") for p in prompts[:50])  # list-of-turns strings were parsed
-    cut = cut_prompts(prompts, tokenizer, 128, 16)
+    cut = cut_prompts(prompts, offsets_of(tokenizer), 128, 16)
     assert all(abs(n_tokens(tokenizer, t) - 128) <= 2 for t in cut)

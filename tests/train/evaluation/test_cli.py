@@ -10,7 +10,7 @@ import pytest
 
 from litellm_proteus.artifact import DataRecord
 from litellm_proteus.cli import main
-from litellm_proteus.encoder import resolve_precision
+from litellm_proteus.encoder_transformer import resolve_precision
 from proteus_train.evaluation.baselines import BASELINE_NAMES
 from proteus_train.evaluation.plots import FIGURES
 
