@@ -18,6 +18,7 @@ import numpy as np
 
 from .artifact import DEFAULT_ARTIFACT_DIR, Manifest, load_artifact
 from .model import INFERENCE_LAMBDA, routing_scores
+from .operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Decision:
     p: tuple[float, ...]  # predicted correctness per candidate
     scores: tuple[float, ...]
     policy_tau: float | None = None  # the calibrated tau the policy saw (one of two when mixing)
+    rule: str = "policy"  # the operating point's rule that chose (operating_points.OperatingPoint.label)
 
 
 def mixing_draw(text: str) -> float:
@@ -72,20 +74,35 @@ class TauMapper:
             (np.asarray(cal.frontier_accuracy), np.asarray(cal.frontier_policy_tau)) if cal.frontier_policy_tau else None
         )
         self._margin = cal.margin
+        self._frontier_points = cal.frontier_point
+        self._requested_points = cal.requested_point
+        self.centroids = np.asarray(cal.centroids, dtype=np.float64) if cal.centroids else None
 
     def effective(self, tau: float) -> tuple[float, bool]:
         clamped = min(max(float(tau), self.lo), self.hi)
         return clamped, clamped != float(tau)
 
-    def policy_tau(self, tau_effective: float, draw: float | None = None) -> float:
-        """The calibrated policy tau.  Given the request's ``draw`` and a frontier, the two hull
-        points around accuracy tau + margin are mixed: the upper one with probability
-        (target - acc_lower) / (acc_upper - acc_lower), i.e. when draw is below that share."""
+    def operating_point(self, tau_effective: float, draw: float | None = None) -> tuple[float, OperatingPoint]:
+        """The calibrated policy tau and the operating point's rule.  Given the request's ``draw``
+        and a frontier, the two hull points around accuracy tau + margin are mixed: the upper one
+        with probability (target - acc_lower) / (acc_upper - acc_lower), i.e. when draw is below
+        that share.  Without a draw, the table's policy tau interpolated; a table with rules is a
+        step function instead: the first entry whose requested tau is at least tau."""
         if draw is not None and self._frontier is not None:
             accuracy, policy_taus = self._frontier
             lower, upper, share = frontier_share(accuracy, tau_effective + self._margin)
-            return float(policy_taus[upper] if draw < share else policy_taus[lower])
-        return tau_effective if self._cal is None else float(np.interp(tau_effective, *self._cal))
+            at = upper if draw < share else lower
+            return float(policy_taus[at]), self._frontier_points[at] if self._frontier_points else POLICY
+        if self._cal is None:
+            return tau_effective, POLICY
+        if self._requested_points:
+            requested, policy_taus = self._cal
+            at = min(int(np.searchsorted(requested, tau_effective - 1e-12)), len(requested) - 1)
+            return float(policy_taus[at]), self._requested_points[at]
+        return float(np.interp(tau_effective, *self._cal)), POLICY
+
+    def policy_tau(self, tau_effective: float, draw: float | None = None) -> float:
+        return self.operating_point(tau_effective, draw)[0]
 
     def policy_tau_norm(self, tau_effective: float, draw: float | None = None) -> float:
         return self._manifest.tau_norm(self.policy_tau(tau_effective, draw))
@@ -183,9 +200,8 @@ class ProteusPredictor:
         if any(len(c) == 0 for c in candidates):
             raise ValueError("every request needs at least one candidate deployment")
         effective = [self.taus.effective(t) for t in taus]
-        policy_taus = [
-            self.taus.policy_tau(t, None if draws is None else draws[row]) for row, (t, _) in enumerate(effective)
-        ]
+        points = [self.taus.operating_point(t, None if draws is None else draws[row]) for row, (t, _) in enumerate(effective)]
+        policy_taus = [tau for tau, _ in points]
         tau_norm = torch.tensor([self.manifest.tau_norm(t) for t in policy_taus], dtype=torch.float32)
         with torch.inference_mode():
             emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32), device=self.device)
@@ -208,7 +224,13 @@ class ProteusPredictor:
         p = p_all.gather(1, slots_t)
         s = routing_scores(p, mu, boost[slots_t], gamma, cost_norm)
         valid = torch.arange(width).unsqueeze(0) < torch.tensor(sizes).unsqueeze(1)
-        best_all = s.masked_fill(~valid, float("-inf")).argmax(dim=1).tolist()
+        best_all = s.masked_fill(~valid, float("-inf")).argmax(dim=1).numpy()
+        # A non-policy operating point picks among the same live candidates (NO_CHOICE: the policy's pick).
+        rules = [rule for _, rule in points]
+        picked = apply_rules(
+            rules, p.numpy(), boost[slots_t].numpy(), slots, costs, valid.numpy(), embeddings, self.taus.centroids
+        )
+        best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):
@@ -226,6 +248,7 @@ class ProteusPredictor:
                     p=tuple(p_rows[row][:n]),
                     scores=tuple(s_rows[row][:n]),
                     policy_tau=policy_taus[row],
+                    rule=rules[row].label() if picked[row] != NO_CHOICE else "policy",
                 )
             )
         return decisions

@@ -25,6 +25,9 @@ HELP = {
     "session_batches": "batches per tau session (one tau per session)",
     "tau_below_best": "derived tau range starts this far below the best single model's validation accuracy",
     "calibration_margin": "validation accuracy must exceed the requested tau by this much",
+    "operating_point_rules": "calibrate over single models, quality-greedy, cluster ladders and the policy past its "
+    "training range besides the policy grid (docs/frontier.md)",
+    "calibration_clusters": "k-means clusters of the embedding for the cluster-ladder operating points; 0 = none",
     "prices": "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)",
     "skip_contaminated": "RouteLLM logs: drop prompts listed in contaminated_prompts.jsonl",
     "static_encoder": "route on a static token table distilled from --encoder (bundled in the artifact; no "

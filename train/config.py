@@ -82,6 +82,9 @@ class TrainConfig:
     calibration_z: float = 1.2816
     # mix the two cost-frontier operating points around each tau per query (TauCalibration.frontier_*)
     mix_operating_points: bool = True
+    # operating-point rules beside the policy grid (calibration.rule_points; docs/frontier.md)
+    operating_point_rules: bool = True
+    calibration_clusters: int = 8  # k-means clusters of the embedding for the cluster ladders (0: none)
     log_every: int = 500
     progress: bool = True
 
@@ -108,7 +111,7 @@ class TrainConfig:
             raise ValueError("; ".join(problems))
 
 
-_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0}
+_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0, "calibration_clusters": 0}
 
 
 _FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",
