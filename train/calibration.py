@@ -224,23 +224,29 @@ def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = 30) -> np.ndarray
     return c
 
 
-def cluster_ladders(
-    emb: np.ndarray, scores: np.ndarray, costs_usd: np.ndarray, centroids: np.ndarray, n_prices: int = 24
+def group_ladders(
+    groups: np.ndarray, n_groups: int, scores: np.ndarray, costs_usd: np.ndarray, n_prices: int = 24
 ) -> list[list[int]]:
-    """Slot per cluster for a range of prices of accuracy: each cluster takes the slot maximising
-    its mean accuracy - price * mean cost on these (training) rows; distinct, non-constant ladders."""
-    assign = nearest_centroid(emb, centroids)
+    """Slot per group for a range of prices of accuracy: each group takes the slot maximising its
+    mean accuracy - price * mean cost on these rows (an empty group: the rows' overall means), i.e.
+    the ladders on the lower hull of (cost, accuracy); distinct ladders, cheapest last."""
     observed = np.nan_to_num(scores, nan=0.0)
-    k = len(centroids)
-    acc = np.array([observed[assign == c].mean(0) if (assign == c).any() else observed.mean(0) for c in range(k)])
-    cost = np.array([costs_usd[assign == c].mean(0) if (assign == c).any() else costs_usd.mean(0) for c in range(k)])
+    acc = np.array([observed[groups == g].mean(0) if (groups == g).any() else observed.mean(0) for g in range(n_groups)])
+    cost = np.array([costs_usd[groups == g].mean(0) if (groups == g).any() else costs_usd.mean(0) for g in range(n_groups)])
     scale = max(float(cost.max()), 1e-12)
     ladders: list[list[int]] = []
     for price in np.concatenate([[0.0], np.geomspace(1e-3, 1e2, n_prices)]):
         ladder = (acc - price * cost / scale).argmax(1).tolist()
-        if ladder not in ladders and len(set(ladder)) > 1:
+        if ladder not in ladders:
             ladders.append(ladder)
     return ladders
+
+
+def cluster_ladders(emb: np.ndarray, scores: np.ndarray, costs_usd: np.ndarray, centroids: np.ndarray) -> list[list[int]]:
+    """``group_ladders`` over the nearest-centroid clusters, without the one-slot ladders (the
+    single-model points already cover them)."""
+    ladders = group_ladders(nearest_centroid(emb, centroids), len(centroids), scores, costs_usd)
+    return [ladder for ladder in ladders if len(set(ladder)) > 1]
 
 
 def rule_points(
