@@ -235,7 +235,7 @@ def test_two_model_pool(synth_splits, build_random_artifact):
     """RouteLLM's MMLU set has two models: every baseline and metric must cope with K = 2."""
     from proteus_train.evaluation.baselines import Split
 
-    train, val, test = (Split(s.emb, s.scores[:, [1, 3]], s.costs[:, [1, 3]]) for s in synth_splits)
+    train, val, test = (Split(s.emb, s.scores[:, [1, 3]], s.costs[:, [1, 3]], prompts=s.prompts) for s in synth_splits)
     model, manifest = build_random_artifact(["small", "huge"], tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8))
     config = EvalConfig(seeds=1, bootstrap=50, dynamic_queries=100, dynamic_window=20)
     m = evaluate(model, manifest, train, val, test, config=config, encoder_ms=1.0).metrics
