@@ -93,7 +93,7 @@ def test_metrics_have_every_key_of_the_issue(result):
     assert set(m["adaptability"]) >= {"tau_mu_corr", "floor_compliance", "tol2_compliance", "tol5_compliance", "cost_range"}
     assert [r["tau"] for r in m["per_tau"]] == tau_grid(0.6, 0.75, 0.01).tolist()
     assert all(PER_TAU_KEYS <= set(r) for r in m["per_tau"])
-    assert set(m["baselines_per_tau"]) == {"Calibrated-Threshold", "OmniRouter-Style"}
+    assert set(m["baselines_per_tau"]) == {"Calibrated-Threshold", "OmniRouter-Style", "Single-Model", "LiteLLM-Complexity"}
     assert all(len(rows) == len(m["per_tau"]) for rows in m["baselines_per_tau"].values())
     assert [t["name"] for t in m["tiers"]] == ["Economy", "Standard", "Premium"]
     assert set(m["dynamic"]) == {"step", "drift", "cyclic", "realistic"}
@@ -188,7 +188,7 @@ def test_headroom_in_metrics_and_report(result):
 
 def test_baselines_beyond_their_validated_range_are_marked(result):
     m = result.metrics
-    assert set(m["baselines_validated_top"]) == {"Calibrated-Threshold", "OmniRouter-Style"}
+    assert set(m["baselines_validated_top"]) == {"Calibrated-Threshold", "OmniRouter-Style", "Single-Model", "LiteLLM-Complexity"}
     for name, rows in m["baselines_per_tau"].items():
         top = m["baselines_validated_top"][name]
         assert [r["validated"] for r in rows] == [r["tau"] <= top + 1e-9 for r in rows]
