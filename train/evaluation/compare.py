@@ -20,8 +20,9 @@ BASELINES = ("Single-Model", "LiteLLM-Complexity")
 PROTEUS = "PROTEUS"
 
 
-def run_summary(metrics: dict, manifest: dict) -> dict:
-    """The per-tau comparison and the acceptance figures of one ``proteus eval`` run."""
+def per_tau_rows(metrics: dict) -> list[dict]:
+    """Per tau of the declared grid: PROTEUS and each operator baseline (floor met, cost, accuracy,
+    PROTEUS's cost ratio) and the cheapest of those meeting the floor."""
     rows = []
     per = {PROTEUS: metrics["per_tau"], **{b: metrics["baselines_per_tau"][b] for b in BASELINES}}
     for j, p in enumerate(per[PROTEUS]):
@@ -41,6 +42,12 @@ def run_summary(metrics: dict, manifest: dict) -> dict:
                 meeting[b] = r["cost_per_1k"]
         row["cheapest_meeting_floor"] = min(meeting, key=meeting.get) if meeting else None
         rows.append(row)
+    return rows
+
+
+def run_summary(metrics: dict, manifest: dict) -> dict:
+    """The per-tau comparison and the acceptance figures of one ``proteus eval`` run."""
+    rows = per_tau_rows(metrics)
     ratios = {b: [r[b]["ratio"] for r in rows if r[b]["ratio"] is not None] for b in BASELINES}
     cal = manifest["calibration"]
     candidates = manifest["metrics"].get("operating_point_candidates", [])
@@ -71,22 +78,28 @@ def _fmt_cost(x: float) -> str:
     return f"{x:.3f}"
 
 
+def per_tau_table(rows: list[dict]) -> list[str]:
+    """Markdown lines of ``per_tau_rows``."""
+    out = ["| tau | PROTEUS acc / $/1K | Single-Model acc / $/1K | ratio | LiteLLM-Complexity acc / $/1K | ratio | cheapest meeting the floor |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = [f"{r['tau']:.3f}"]
+        for name in (PROTEUS, *BASELINES):
+            x = r[name]
+            mark = "" if x["meets"] else " (miss)"
+            cells.append(f"{x['accuracy']:.3f} / {_fmt_cost(x['cost_per_1k'])}{mark}")
+            if name != PROTEUS:
+                cells.append(f"{x['ratio']:.2f}" if x["ratio"] is not None else "-")
+        cells.append(r["cheapest_meeting_floor"] or "none")
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def markdown(summaries: list[dict]) -> str:
     out = []
     for s in summaries:
         out.append(f"\n### {s['dataset']}, seed {s['seed']}\n")
-        out.append("| tau | PROTEUS acc / $/1K | Single-Model acc / $/1K | ratio | LiteLLM-Complexity acc / $/1K | ratio | cheapest meeting the floor |")
-        out.append("|---|---|---|---|---|---|---|")
-        for r in s["rows"]:
-            cells = [f"{r['tau']:.3f}"]
-            for name in (PROTEUS, *BASELINES):
-                x = r[name]
-                mark = "" if x["meets"] else " (miss)"
-                cells.append(f"{x['accuracy']:.3f} / {_fmt_cost(x['cost_per_1k'])}{mark}")
-                if name != PROTEUS:
-                    cells.append(f"{x['ratio']:.2f}" if x["ratio"] is not None else "-")
-            cells.append(r["cheapest_meeting_floor"] or "none")
-            out.append("| " + " | ".join(cells) + " |")
+        out += per_tau_table(s["rows"])
     out.append("\n### Acceptance figures per run\n")
     out.append("| dataset | seed | floors met | not dearer than Single-Model (CI) | not dearer than LiteLLM-Complexity (CI) "
                "| median ratio vs Single / vs Complexity | declared top | best single (val / calibration rows) - margin "

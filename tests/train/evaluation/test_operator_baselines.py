@@ -56,3 +56,32 @@ def test_complexity_router_learns_the_ladder_on_train_and_validation(synth_split
     assert details["classify_ms"] > 0 and details["tier_boundaries"][0] == [0.15, 0.35, 0.6]
     with pytest.raises(ValueError, match="prompt"):
         router.route_split(Split(test.emb, test.scores, test.costs), 0.5)
+
+
+def _row(tau, acc, cost, low=None):
+    return {"tau": tau, "accuracy": acc, "cost_per_1k": cost, "cost_ci_low": cost if low is None else low,
+            "meets_floor": acc >= tau}
+
+
+def test_per_tau_comparison_names_the_cheapest_meeting_the_floor():
+    from proteus_train.evaluation.compare import per_tau_rows, per_tau_table
+
+    metrics = {
+        "per_tau": [_row(0.7, 0.72, 1.0), _row(0.8, 0.79, 2.0), _row(0.9, 0.91, 5.0, low=3.5)],
+        "baselines_per_tau": {
+            "Single-Model": [_row(0.7, 0.75, 2.0), _row(0.8, 0.85, 3.0), _row(0.9, 0.92, 4.0)],
+            "LiteLLM-Complexity": [_row(0.7, 0.69, 0.5), _row(0.8, 0.81, 2.5), _row(0.9, 0.85, 1.0)],
+        },
+    }
+    rows = per_tau_rows(metrics)
+    assert [r["cheapest_meeting_floor"] for r in rows] == ["PROTEUS", "LiteLLM-Complexity", "Single-Model"]
+    assert rows[0]["Single-Model"]["ratio"] == 0.5 and rows[0]["LiteLLM-Complexity"]["proteus_not_dearer"] is None
+    assert rows[2]["Single-Model"]["proteus_not_dearer"] is True  # dearer, but within its cost interval
+    assert "| 0.800 | 0.790 / 2.000 (miss) |" in "\n".join(per_tau_table(rows))
+
+
+def test_compare_cli_names_a_missing_run(tmp_path, capsys):
+    from proteus_train.evaluation.compare import main
+
+    assert main([str(tmp_path / "nowhere")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
