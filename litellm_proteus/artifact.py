@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from . import __version__
 from .costs import CostNormalizer
 from .model_config import ModelConfig, tensor_shapes
+from .operating_points import OperatingPoint
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "model.safetensors"
@@ -73,6 +74,12 @@ class TauCalibration(BaseModel):
     (cost, accuracy): the cheapest way to reach an accuracy between two of them is to route a share
     of queries at each (a randomised operating point, as in constrained MDPs).  The runtime does so
     when it is given a per-query draw u in [0, 1) (``predictor.mixing_draw``: a hash of the prompt).
+
+    ``requested_point`` / ``frontier_point`` (optional, parallel to ``requested`` / the frontier):
+    the rule each entry routes by (``operating_points.OperatingPoint``); the entry's policy tau is
+    then the policy point a rule falls back to when its slot has no live candidate.  Empty lists
+    mean every entry is the policy.  ``centroids``: the cluster rules' k-means centroids of the
+    encoder embedding.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -82,6 +89,9 @@ class TauCalibration(BaseModel):
     frontier_policy_tau: list[float] = Field(default_factory=list, description="hull points, cheapest first")
     frontier_accuracy: list[float] = Field(default_factory=list, description="their validation accuracy, increasing")
     frontier_cost_usd: list[float] = Field(default_factory=list, description="their mean logged cost per query")
+    requested_point: list[OperatingPoint] = Field(default_factory=list, description="rule per requested tau (empty: policy)")
+    frontier_point: list[OperatingPoint] = Field(default_factory=list, description="rule per hull point (empty: policy)")
+    centroids: list[list[float]] = Field(default_factory=list, description="k-means centroids of the cluster rules")
 
     @model_validator(mode="after")
     def _check(self) -> "TauCalibration":
@@ -94,6 +104,15 @@ class TauCalibration(BaseModel):
             raise ValueError("calibration.frontier_policy_tau, frontier_accuracy and frontier_cost_usd must have equal length")
         if any(b <= a for a, b in zip(self.frontier_accuracy, self.frontier_accuracy[1:])):
             raise ValueError("calibration.frontier_accuracy must be strictly increasing")
+        if self.requested_point and len(self.requested_point) != len(self.requested):
+            raise ValueError("calibration.requested_point must be empty or as long as calibration.requested")
+        if self.frontier_point and len(self.frontier_point) != n:
+            raise ValueError("calibration.frontier_point must be empty or as long as calibration.frontier_policy_tau")
+        points = self.requested_point + self.frontier_point
+        n_clusters = len(self.centroids)
+        for point in points:
+            if point.kind == "cluster" and len(point.cluster_slots) != n_clusters:
+                raise ValueError(f"calibration: a cluster rule names {len(point.cluster_slots)} slots for {n_clusters} centroids")
         return self
 
 
@@ -192,6 +211,13 @@ class Manifest(BaseModel):
             raise ValueError(
                 f"p_calibration.slots has {len(self.p_calibration.slots)} entries for {len(self.models)} model slots"
             )
+        cal = self.calibration
+        for point in cal.requested_point + cal.frontier_point:
+            named = [point.slot] if point.slot is not None else point.cluster_slots
+            if any(not 0 <= s < len(self.models) for s in named):
+                raise ValueError(f"calibration: operating point {point.label()} names a slot outside 0..{len(self.models) - 1}")
+        if cal.centroids and any(len(c) != self.encoder.embed_dim for c in cal.centroids):
+            raise ValueError(f"calibration.centroids must have encoder.embed_dim={self.encoder.embed_dim} columns")
         return self
 
     def calibrated_p(self, p: np.ndarray) -> np.ndarray:

@@ -37,6 +37,7 @@ class NetworkForward(Protocol):
     gamma: np.ndarray
 
     def forward(self, embeddings: np.ndarray, policy_tau_norm: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+from .operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Decision:
     scores: tuple[float, ...]  # eq. 2 on the raw p the policy was trained with
     policy_tau: float | None = None  # the calibrated tau the policy saw (one of two when mixing)
     delta: float = 0.0  # the compliance controller's offset: routed at calibrated(tau_effective + delta)
+    rule: str = "policy"  # the operating point's rule that chose (operating_points.OperatingPoint.label)
 
 
 def mixing_draw(text: str) -> float:
@@ -92,20 +94,35 @@ class TauMapper:
             (np.asarray(cal.frontier_accuracy), np.asarray(cal.frontier_policy_tau)) if cal.frontier_policy_tau else None
         )
         self._margin = cal.margin
+        self._frontier_points = cal.frontier_point
+        self._requested_points = cal.requested_point
+        self.centroids = np.asarray(cal.centroids, dtype=np.float64) if cal.centroids else None
 
     def effective(self, tau: float) -> tuple[float, bool]:
         clamped = min(max(float(tau), self.lo), self.hi)
         return clamped, clamped != float(tau)
 
-    def policy_tau(self, tau_effective: float, draw: float | None = None) -> float:
-        """The calibrated policy tau.  Given the request's ``draw`` and a frontier, the two hull
-        points around accuracy tau + margin are mixed: the upper one with probability
-        (target - acc_lower) / (acc_upper - acc_lower), i.e. when draw is below that share."""
+    def operating_point(self, tau_effective: float, draw: float | None = None) -> tuple[float, OperatingPoint]:
+        """The calibrated policy tau and the operating point's rule.  Given the request's ``draw``
+        and a frontier, the two hull points around accuracy tau + margin are mixed: the upper one
+        with probability (target - acc_lower) / (acc_upper - acc_lower), i.e. when draw is below
+        that share.  Without a draw, the table's policy tau interpolated; a table with rules is a
+        step function instead: the first entry whose requested tau is at least tau."""
         if draw is not None and self._frontier is not None:
             accuracy, policy_taus = self._frontier
             lower, upper, share = frontier_share(accuracy, tau_effective + self._margin)
-            return float(policy_taus[upper] if draw < share else policy_taus[lower])
-        return tau_effective if self._cal is None else float(np.interp(tau_effective, *self._cal))
+            at = upper if draw < share else lower
+            return float(policy_taus[at]), self._frontier_points[at] if self._frontier_points else POLICY
+        if self._cal is None:
+            return tau_effective, POLICY
+        if self._requested_points:
+            requested, policy_taus = self._cal
+            at = min(int(np.searchsorted(requested, tau_effective - 1e-12)), len(requested) - 1)
+            return float(policy_taus[at]), self._requested_points[at]
+        return float(np.interp(tau_effective, *self._cal)), POLICY
+
+    def policy_tau(self, tau_effective: float, draw: float | None = None) -> float:
+        return self.operating_point(tau_effective, draw)[0]
 
     def policy_tau_norm(self, tau_effective: float, draw: float | None = None) -> float:
         return self._manifest.tau_norm(self.policy_tau(tau_effective, draw))
@@ -232,10 +249,11 @@ class ProteusPredictor:
             raise ValueError("every request needs at least one candidate deployment")
         effective = [self.taus.effective(t) for t in taus]
         offsets = [0.0] * len(taus) if deltas is None else [float(d) for d in deltas]
-        policy_taus = [
-            self.taus.policy_tau(t + offsets[row], None if draws is None else draws[row])
+        points = [
+            self.taus.operating_point(t + offsets[row], None if draws is None else draws[row])
             for row, (t, _) in enumerate(effective)
         ]
+        policy_taus = [tau for tau, _ in points]
         tau_norm = np.array([self.manifest.tau_norm(t) for t in policy_taus], dtype=np.float32)
         p_all, mu = self.network.forward(np.asarray(embeddings, dtype=np.float32), tau_norm)
         # All requests at once: candidates padded to the longest list; element-wise eq. 2 on the
@@ -248,9 +266,14 @@ class ProteusPredictor:
             slots[row, : sizes[row]] = [c.slot for c in cands]
             costs[row, : sizes[row]] = [c.cost_usd for c in cands]
         p = np.take_along_axis(p_all, slots, axis=1)
-        s = routing_scores(p, mu, self.network.boost[slots], self.network.gamma, self.costs.normalize(costs))
+        boost = self.network.boost[slots]
+        s = routing_scores(p, mu, boost, self.network.gamma, self.costs.normalize(costs))
         valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
-        best_all = np.where(valid, s, -np.inf).argmax(axis=1).tolist()
+        best_all = np.where(valid, s, -np.inf).argmax(axis=1)
+        # A non-policy operating point picks among the same live candidates (NO_CHOICE: the policy's pick).
+        rules = [rule for _, rule in points]
+        picked = apply_rules(rules, p, boost, slots, costs, valid, embeddings, self.taus.centroids)
+        best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
             p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
@@ -271,6 +294,7 @@ class ProteusPredictor:
                     scores=tuple(s_rows[row][:n]),
                     policy_tau=policy_taus[row],
                     delta=offsets[row],
+                    rule=rules[row].label() if picked[row] != NO_CHOICE else "policy",
                 )
             )
         return decisions

@@ -3,7 +3,10 @@
 - ``derive_tau_range``: the tau training range from validation data (never the test split);
 - ``accuracy_curve``: accuracy, mean mu and cost of deterministic routing at each policy tau;
 - ``cost_frontier``: the upper concave hull of (cost, accuracy) the runtime mixes between;
-- ``calibrate``: requested tau -> policy tau meeting it (+ margin), and the declared tau range.
+- ``rule_points``: the non-policy operating points (policy beyond the grid, each single model,
+  quality-greedy, cluster ladders) with their validation accuracy and cost;
+- ``calibrate``: requested tau -> the cheapest operating point meeting it (+ margin), the cost
+  frontier over every point, and the declared tau range.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 import torch
 
 from litellm_proteus.artifact import TauCalibration
+from litellm_proteus.operating_points import POLICY, OperatingPoint, nearest_centroid
 from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.model import INFERENCE_LAMBDA, ProteusModel
 
@@ -111,35 +115,173 @@ def cost_frontier(costs: np.ndarray, accuracies: np.ndarray) -> list[int]:
     return hull
 
 
+@dataclass
+class CandidatePoint:
+    """An operating point beside the policy grid, measured on the calibration rows."""
+
+    rule: OperatingPoint
+    accuracy: float
+    cost_usd: float
+    policy_tau: float | None = None  # kind "policy": its own policy tau; other kinds: set by calibrate (fallback)
+
+
 def calibrate(
     policy_taus: np.ndarray,
     accuracies: np.ndarray,
     margin: float,
     step: float,
     costs_usd: np.ndarray | None = None,
+    extra: list[CandidatePoint] | None = None,
+    frontier: bool = True,
+    centroids: np.ndarray | None = None,
 ) -> tuple[TauCalibration, tuple[float, float]]:
     """Monotone table requested tau -> smallest policy tau whose validation accuracy (made
     non-decreasing from above: acc_c(t) = min_{t' >= t} acc(t')) reaches requested + margin.
     Given the curve's ``costs_usd``, also the cost frontier of (cost, acc_c) for mixing.
 
+    ``extra`` points (``rule_points``; they need ``costs_usd``) compete with the policy grid: a
+    requested tau goes to the cheapest point meeting it, the frontier is the hull over all points,
+    and the declared range reaches the best point's accuracy minus the margin.  A rule point's
+    fallback policy tau is the cheapest grid point at least as accurate (else the grid's top).
+
     Declared range: from the training range's lower end up to the highest requested tau reachable.
     """
+    extra = list(extra or [])
+    if extra and costs_usd is None:
+        raise ValueError("calibrate: extra operating points need the policy curve's costs_usd")
     conservative = np.minimum.accumulate(accuracies[::-1])[::-1]
+    for point in extra:
+        if point.rule.kind != "policy":
+            ok = np.nonzero(conservative >= point.accuracy)[0]
+            at = ok[np.argmin(np.asarray(costs_usd)[ok])] if ok.size else len(policy_taus) - 1
+            point.policy_tau = float(policy_taus[at])
     lo = float(policy_taus[0])
-    top = float(conservative[-1] - margin)
+    top = max([float(conservative[-1])] + [p.accuracy for p in extra]) - margin
     hi = max(top, lo + step)
     requested = np.round(np.arange(lo, hi + 1e-9, step), 6)
-    mapped = []
+    mapped, mapped_points, from_extra = [], [], False
     for target in requested:
         ok = np.nonzero(conservative >= target + margin)[0]
-        mapped.append(float(policy_taus[ok[0]]) if ok.size else float(policy_taus[-1]))
-    frontier = [] if costs_usd is None else cost_frontier(np.asarray(costs_usd), conservative)
+        tau, point, cost = (float(policy_taus[ok[0]]), POLICY, None) if ok.size else (float(policy_taus[-1]), POLICY, None)
+        if ok.size and costs_usd is not None:
+            cost = float(costs_usd[ok[0]])
+        for candidate in extra:
+            if candidate.accuracy >= target + margin and (cost is None or candidate.cost_usd < cost):
+                tau, point, cost = float(candidate.policy_tau), candidate.rule, candidate.cost_usd
+                from_extra = True
+        mapped.append(tau)
+        mapped_points.append(point)
+    hull: list[int] = []
+    all_acc = np.concatenate([conservative, [p.accuracy for p in extra]])
+    all_tau = list(map(float, policy_taus)) + [float(p.policy_tau) for p in extra]
+    all_rule = [POLICY] * len(policy_taus) + [p.rule for p in extra]
+    all_cost = None
+    if costs_usd is not None:
+        all_cost = np.concatenate([np.asarray(costs_usd, dtype=np.float64), [p.cost_usd for p in extra]])
+        if frontier:
+            hull = cost_frontier(all_cost, all_acc)
+    any_rule = lambda points: any(p.kind != "policy" for p in points)  # noqa: E731
+    frontier_rules = [all_rule[i] for i in hull]
     table = TauCalibration(
         requested=requested.tolist(),
         policy_tau=mapped,
         margin=margin,
-        frontier_policy_tau=[float(policy_taus[i]) for i in frontier],
-        frontier_accuracy=[float(conservative[i]) for i in frontier],
-        frontier_cost_usd=[float(f"{costs_usd[i]:.6g}") for i in frontier] if costs_usd is not None else [],
+        frontier_policy_tau=[all_tau[i] for i in hull],
+        frontier_accuracy=[float(all_acc[i]) for i in hull],
+        frontier_cost_usd=[float(f"{all_cost[i]:.6g}") for i in hull] if all_cost is not None else [],
+        # stored (step-wise table) once any entry is not a policy-grid point: no interpolation across it
+        requested_point=mapped_points if from_extra else [],
+        frontier_point=frontier_rules if any_rule(frontier_rules) else [],
+        centroids=np.round(centroids, 6).tolist() if any(p.kind == "cluster" for p in mapped_points + frontier_rules) else [],
     )
     return table, (round(lo, 4), round(float(requested[-1]), 4))
+
+
+@dataclass
+class CalibrationRows:
+    """One set of calibration rows as the rule points see them."""
+
+    emb: np.ndarray  # [N, D] encoder embeddings
+    scores: np.ndarray  # [N, K] logged outcome, NaN = unobserved
+    costs_usd: np.ndarray  # [N, K] logged cost, missing filled
+    p: np.ndarray  # [N, K] predicted correctness (out-of-fold for training rows)
+
+
+def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = 30) -> np.ndarray:
+    """Lloyd's k-means with k-means++ seeding; the [k, D] centroids."""
+    rng = np.random.default_rng(seed)
+    x = np.asarray(x, dtype=np.float64)
+    centroids = [x[rng.integers(len(x))]]
+    for _ in range(1, k):
+        d = ((x[:, None, :] - np.asarray(centroids)[None]) ** 2).sum(-1).min(1)
+        centroids.append(x[rng.choice(len(x), p=d / d.sum()) if d.sum() > 0 else rng.integers(len(x))])
+    c = np.asarray(centroids)
+    for _ in range(iterations):
+        assign = nearest_centroid(x, c)
+        moved = np.array([x[assign == j].mean(0) if (assign == j).any() else c[j] for j in range(k)])
+        if np.allclose(moved, c):
+            break
+        c = moved
+    return c
+
+
+def group_ladders(
+    groups: np.ndarray, n_groups: int, scores: np.ndarray, costs_usd: np.ndarray, n_prices: int = 24
+) -> list[list[int]]:
+    """Slot per group for a range of prices of accuracy: each group takes the slot maximising its
+    mean accuracy - price * mean cost on these rows (an empty group: the rows' overall means), i.e.
+    the ladders on the lower hull of (cost, accuracy); distinct ladders, cheapest last."""
+    observed = np.nan_to_num(scores, nan=0.0)
+    acc = np.array([observed[groups == g].mean(0) if (groups == g).any() else observed.mean(0) for g in range(n_groups)])
+    cost = np.array([costs_usd[groups == g].mean(0) if (groups == g).any() else costs_usd.mean(0) for g in range(n_groups)])
+    scale = max(float(cost.max()), 1e-12)
+    ladders: list[list[int]] = []
+    for price in np.concatenate([[0.0], np.geomspace(1e-3, 1e2, n_prices)]):
+        ladder = (acc - price * cost / scale).argmax(1).tolist()
+        if ladder not in ladders:
+            ladders.append(ladder)
+    return ladders
+
+
+def cluster_ladders(emb: np.ndarray, scores: np.ndarray, costs_usd: np.ndarray, centroids: np.ndarray) -> list[list[int]]:
+    """``group_ladders`` over the nearest-centroid clusters, without the one-slot ladders (the
+    single-model points already cover them)."""
+    ladders = group_ladders(nearest_centroid(emb, centroids), len(centroids), scores, costs_usd)
+    return [ladder for ladder in ladders if len(set(ladder)) > 1]
+
+
+def rule_points(
+    rows: list[CalibrationRows],
+    boost: np.ndarray,
+    centroids: np.ndarray | None = None,
+    ladders: list[list[int]] | None = None,
+    val_slack_rows: CalibrationRows | None = None,
+    val_slack: float = 0.0,
+) -> list[CandidatePoint]:
+    """Each single model, quality-greedy (argmax p + b) and each cluster ladder, measured on the
+    calibration rows pooled (row-weighted) and, like the policy curve, no higher than validation
+    (``val_slack_rows``) + ``val_slack``."""
+    n_slots = rows[0].scores.shape[1]
+    rules = [OperatingPoint(kind="slot", slot=k) for k in range(n_slots)] + [OperatingPoint(kind="quality")]
+    rules += [OperatingPoint(kind="cluster", cluster_slots=ladder) for ladder in ladders or []]
+
+    def measure(r: CalibrationRows, rule: OperatingPoint) -> tuple[float, float]:
+        if rule.kind == "slot":
+            choice = np.full(len(r.scores), rule.slot)
+        elif rule.kind == "quality":
+            choice = (r.p + boost[None, :]).argmax(1)
+        else:
+            choice = np.asarray(rule.cluster_slots)[nearest_centroid(r.emb, centroids)]
+        at = np.arange(len(choice))
+        return float(np.nan_to_num(r.scores, nan=0.0)[at, choice].mean()), float(r.costs_usd[at, choice].mean())
+
+    points = []
+    total = sum(len(r.scores) for r in rows)
+    for rule in rules:
+        measured = [measure(r, rule) for r in rows]
+        acc = sum(a * len(r.scores) for (a, _), r in zip(measured, rows)) / total
+        cost = sum(c * len(r.scores) for (_, c), r in zip(measured, rows)) / total
+        if val_slack_rows is not None:
+            acc = min(acc, measure(val_slack_rows, rule)[0] + val_slack)
+        points.append(CandidatePoint(rule, acc, cost))
+    return points

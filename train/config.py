@@ -125,6 +125,14 @@ class TrainConfig:
         "store the validation cost frontier so a tau between two operating points routes a share of queries "
         "(by prompt hash) at each, paying for the accuracy it needs, not the next step's",
     )
+    operating_point_rules: bool = option(
+        True,
+        "calibrate over single models, quality-greedy, cluster ladders and the policy past its training range "
+        "besides the policy grid (docs/frontier.md)",
+    )
+    calibration_clusters: int = option(
+        8, "k-means clusters of the embedding for the cluster-ladder operating points; 0 = none"
+    )
     log_every: int = option(500, "PPO batches between training log lines")
     progress: bool = option(True, "--quiet: no progress bars", flag="--quiet")
 
@@ -151,7 +159,7 @@ class TrainConfig:
             raise ValueError("; ".join(problems))
 
 
-_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0}
+_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0, "calibration_clusters": 0}
 
 
 _FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",

@@ -47,8 +47,21 @@ from litellm_proteus import __version__
 from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, save_artifact
 from litellm_proteus.encoder import Encoder, open_encoder, resolve_device
 from litellm_proteus.model import ModelConfig, ProteusModel
+from litellm_proteus.operating_points import POLICY
 
-from .calibration import OperatingCurve, accuracy_curve, best_single_accuracy, calibrate, derive_tau_range, oracle_accuracy
+from .calibration import (
+    CalibrationRows,
+    CandidatePoint,
+    OperatingCurve,
+    accuracy_curve,
+    best_single_accuracy,
+    calibrate,
+    cluster_ladders,
+    derive_tau_range,
+    kmeans,
+    oracle_accuracy,
+    rule_points,
+)
 from .config import TrainConfig
 from .data import read_price_file
 from .data.logs import RoutingLog
@@ -151,6 +164,50 @@ def average_tokens(data: RoutingLog, tokens: np.ndarray | None, default: float) 
         values = np.repeat(values[:, None], len(data.models), axis=1)
     means = np.nanmean(np.where(np.isfinite(values), values, np.nan), axis=0)
     return {m: float(v) if np.isfinite(v) else default for m, v in zip(data.models, means)}
+
+
+def operating_point_candidates(
+    model: ProteusModel,
+    emb_t: torch.Tensor,
+    embeddings: np.ndarray,
+    scores: np.ndarray,
+    costs: np.ndarray,
+    train_idx: np.ndarray,
+    val_idx: np.ndarray,
+    p_oof: torch.Tensor,
+    val_p: np.ndarray,
+    normalizer,
+    policy_taus: np.ndarray,
+    tau_range: tuple[float, float],
+    config: TrainConfig,
+) -> tuple[list[CandidatePoint], np.ndarray | None]:
+    """The operating points beside the policy grid (``calibration.rule_points``), measured like the
+    grid: validation + out-of-fold training rows pooled, no higher than validation + the slack.
+
+    The policy past the grid (up to tau = 1, where quality lives when the trained range stops short
+    of it), each single model, quality-greedy argmax p + b, and cluster ladders: k-means of the
+    training embeddings, each ladder a slot per cluster fitted on the training rows."""
+    n_val, n_oof = len(val_idx), len(train_idx)
+    beyond = policy_taus[-1] < 1.0
+    extra: list[CandidatePoint] = []
+    if beyond:
+        taus = np.round(np.linspace(policy_taus[-1], 1.0, 6)[1:], 6)
+        val_curve = accuracy_curve(model, emb_t[val_idx], scores[val_idx], costs[val_idx], normalizer, taus, tau_range)
+        oof_curve = accuracy_curve(
+            model, emb_t[train_idx], scores[train_idx], costs[train_idx], normalizer, taus, tau_range, p_oof
+        )
+        pooled = OperatingCurve.pooled(val_curve, n_val, oof_curve, n_oof)
+        acc = np.minimum(pooled.accuracy, val_curve.accuracy + config.calibration_val_slack)
+        extra += [CandidatePoint(POLICY, float(a), float(c), float(t)) for t, a, c in zip(taus, acc, pooled.cost_usd)]
+    centroids, ladders = None, None
+    if config.calibration_clusters > 1 and len(train_idx) >= 10 * config.calibration_clusters:
+        centroids = kmeans(embeddings[train_idx], config.calibration_clusters, config.seed)
+        ladders = cluster_ladders(embeddings[train_idx], scores[train_idx], costs[train_idx], centroids)
+    val_rows = CalibrationRows(embeddings[val_idx], scores[val_idx], costs[val_idx], val_p)
+    train_rows = CalibrationRows(embeddings[train_idx], scores[train_idx], costs[train_idx], p_oof.numpy())
+    boost = model.boost.detach().cpu().numpy()
+    extra += rule_points([val_rows, train_rows], boost, centroids, ladders, val_rows, config.calibration_val_slack)
+    return extra, centroids
 
 
 def train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
@@ -256,9 +313,19 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     level = best_single_accuracy(data.scores[val_idx])
     spread = math.sqrt(level * (1 - level) * (1 / (n_val + n_oof) + 1 / n_val))
     margin = max(config.calibration_margin, config.calibration_z * spread)
+    extra: list[CandidatePoint] = []
+    centroids = None
+    if config.calibrate and config.operating_point_rules:
+        extra, centroids = operating_point_candidates(
+            model, emb_t, embeddings, data.scores, costs, train_idx, val_idx, p_oof, val_p, normalizer, policy_taus,
+            tau_range, config,
+        )
     if config.calibrate:
-        frontier_costs = pooled.cost_usd if config.mix_operating_points else None
-        calibration, declared = calibrate(policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs)
+        frontier_costs = pooled.cost_usd if (config.mix_operating_points or extra) else None
+        calibration, declared = calibrate(
+            policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs, extra,
+            frontier=config.mix_operating_points, centroids=centroids,
+        )
     else:
         calibration, declared = TauCalibration(), tau_range
     model.to("cpu")
@@ -317,6 +384,11 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
                 "calibration_accuracy": np.round(calibration_acc, 4).tolist(),
                 "calibration_cost_usd": np.round(pooled.cost_usd, 8).tolist(),
             },
+            "operating_point_candidates": [
+                {"rule": c.rule.label(data.models), "policy_tau": c.policy_tau, "accuracy": round(c.accuracy, 4),
+                 "cost_usd": float(f"{c.cost_usd:.6g}")}
+                for c in extra
+            ],
         },
         package_version=__version__,
     )

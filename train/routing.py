@@ -13,6 +13,7 @@ import torch
 
 from litellm_proteus.artifact import Manifest
 from litellm_proteus.model import INFERENCE_LAMBDA, ProteusModel
+from litellm_proteus.operating_points import NO_CHOICE, POLICY, apply_rules
 from litellm_proteus.predictor import TauMapper
 
 
@@ -56,13 +57,14 @@ def route_log(
         raise ValueError(f"draws has {len(draws)} rows for {n} embeddings")
     mapper = TauMapper(manifest)
     if calibrated:
-        tau_norm = np.array(
-            [mapper.policy_tau_norm(mapper.effective(t)[0], None if draws is None else draws[i]) for i, t in enumerate(taus)],
-            dtype=np.float32,
-        )
+        points = [mapper.operating_point(mapper.effective(t)[0], None if draws is None else draws[i]) for i, t in enumerate(taus)]
     else:
-        tau_norm = np.array([manifest.tau_norm(t) for t in taus], dtype=np.float32)
-    cost_norm = manifest.cost_normalizer.normalize(fill_missing_costs(costs_usd))
+        points = [(float(t), POLICY) for t in taus]
+    tau_norm = np.array([manifest.tau_norm(t) for t, _ in points], dtype=np.float32)
+    rules = [rule for _, rule in points]
+    filled = fill_missing_costs(costs_usd)
+    cost_norm = manifest.cost_normalizer.normalize(filled)
+    boost = model.boost.detach().cpu().numpy()
     device = next(model.parameters()).device
     choices, mus, ps = [], [], []
     for start in range(0, n, batch_size):
@@ -73,7 +75,14 @@ def route_log(
             torch.as_tensor(cost_norm[sl], device=device),
             lam=INFERENCE_LAMBDA,
         )
-        choices.append(out.choice.cpu().numpy())
+        # Every slot is a live candidate offline; the operating point's rule picks as the proxy's does.
+        p, width = out.p.cpu().numpy(), filled.shape[1]
+        slots = np.broadcast_to(np.arange(width), p.shape)
+        picked = apply_rules(
+            rules[sl], p, np.broadcast_to(boost, p.shape), slots, filled[sl], np.ones(p.shape, dtype=bool),
+            embeddings[sl], mapper.centroids,
+        )
+        choices.append(np.where(picked != NO_CHOICE, picked, out.choice.cpu().numpy()))
         mus.append(out.mu.cpu().numpy())
-        ps.append(out.p.cpu().numpy())
+        ps.append(p)
     return RouteResult(choice=np.concatenate(choices), mu=np.concatenate(mus), p=np.concatenate(ps))

@@ -65,6 +65,7 @@ class Split:
     scores: np.ndarray  # [N, K] outcome in [0, 1]; NaN = not observed
     costs: np.ndarray  # [N, K] USD per call (no NaN: filled before)
     draws: np.ndarray | None = None  # [N] the prompts' mixing draws (litellm_proteus.predictor.mixing_draw)
+    prompts: np.ndarray | None = None  # [N] prompt texts (object array), for routers that read the text
 
     def __post_init__(self) -> None:
         self.emb = np.asarray(self.emb, dtype=np.float32)
@@ -74,6 +75,8 @@ class Split:
             raise ValueError("emb, scores and costs must have the same number of rows")
         if self.draws is not None and len(self.draws) != len(self.emb):
             raise ValueError("draws must have one entry per row")
+        if self.prompts is not None and len(self.prompts) != len(self.emb):
+            raise ValueError("prompts must have one entry per row")
         if self.scores.shape != self.costs.shape:
             raise ValueError(f"scores {self.scores.shape} and costs {self.costs.shape} must have the same shape")
         if not np.isfinite(self.costs).all():
@@ -84,7 +87,8 @@ class Split:
 
     def take(self, rows: np.ndarray | slice) -> "Split":
         """These rows (repeats allowed)."""
-        return Split(self.emb[rows], self.scores[rows], self.costs[rows], None if self.draws is None else self.draws[rows])
+        pick = lambda x: None if x is None else x[rows]  # noqa: E731
+        return Split(self.emb[rows], self.scores[rows], self.costs[rows], pick(self.draws), pick(self.prompts))
 
     @property
     def n_models(self) -> int:
@@ -393,6 +397,10 @@ class Router:
         """Tau-capable routers tuned on validation: the highest tau their validation supports."""
         return self.table.validated_top if self.table is not None else None
 
+    def details(self) -> dict:
+        """What the report shows about this router beside its figures (e.g. its tuned choices)."""
+        return {}
+
 
 class KnobRouter(Router):
     """A tau-capable router that routes at a knob tuned per tau on validation (``table``)."""
@@ -637,6 +645,8 @@ BASELINE_NAMES: tuple[str, ...] = (
     "RouteLLM-Style",
     "OmniRouter-Style",
     "Calibrated-Threshold",
+    "Single-Model",
+    "LiteLLM-Complexity",
 )
 
 
@@ -645,6 +655,9 @@ def make_baselines() -> list[Router]:
     routers: list[Router] = [RandomRouter(), CheapestRouter(), BestFixedRouter(), KNNRouter(5), MLPRouter()]
     routers += [CarrotRouter(name) for name in CarrotRouter.VARIANTS]
     routers += [RouteLLMRouter(), OmniRouterRouter(), CalibratedThresholdRouter()]
+    from .operator_baselines import LiteLLMComplexityRouter, SingleModelRouter  # they build on this module
+
+    routers += [SingleModelRouter(), LiteLLMComplexityRouter()]
     assert [r.name for r in routers] == list(BASELINE_NAMES)
     return routers
 

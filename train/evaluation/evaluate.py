@@ -393,6 +393,7 @@ def evaluate(
             row["tau"] = headline
         if isinstance(router, FixedRouter):
             row["model"] = manifest.models[router.model_index]
+        row.update(router.details())
         rows[router.name] = row
 
     say("sweeping tau (PROTEUS and the tau-capable baselines)")

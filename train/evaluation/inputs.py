@@ -145,7 +145,8 @@ def build_splits(log: RoutingLog, embeddings: np.ndarray) -> tuple[Split, Split,
     test_all = np.flatnonzero(log.split == "test")
     test_rows = test_all[full[test_all]]
     draws = np.array([mixing_draw(prompt) for prompt in log.prompts])  # as the proxy draws them
-    make = lambda rows: Split(embeddings[rows], log.scores[rows], costs[rows], draws[rows])  # noqa: E731
+    prompts = np.asarray(log.prompts, dtype=object)
+    make = lambda rows: Split(embeddings[rows], log.scores[rows], costs[rows], draws[rows], prompts[rows])  # noqa: E731
     return make(train_rows), make(val_rows), make(test_rows), test_rows, int(len(test_all) - len(test_rows))
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .baselines import BASELINE_NAMES
+from .compare import BASELINES as OPERATOR_BASELINES
+from .compare import per_tau_rows, per_tau_table
 
 STATIC = ("Random", "Cheapest", "BestFixed")
 LEARNED = ("KNN", "MLP", "CARROT-Quality", "CARROT-Balanced", "CARROT-Cost", "RouteLLM-Style")
@@ -372,6 +374,10 @@ def render(m: dict, *, command: str = "", artifact: str = "", figures: Sequence[
         lines.append("")
     lines += ["## Table 1: routing performance (test split)", "", *table1(m), "", table1_text(m), ""]
     lines += ["## Table 2: runtime adaptability", "", *table2(m), "", table2_text(m), ""]
+    if all(name in m["baselines_per_tau"] for name in OPERATOR_BASELINES):
+        lines += ["## PROTEUS against the baselines an operator would try", "",
+                  "Cost in USD per 1K test queries; ratio = PROTEUS / baseline; \"(miss)\": accuracy below tau "
+                  "(see docs/frontier.md).", "", *per_tau_table(per_tau_rows(m)), ""]
     lines += ["## Table 4: ablations", "", *(table4(m) if m["ablations"] else []), "", table4_text(m), ""]
     if figures:
         lines += ["## Figures", ""] + [f"![{f}]({f})" for f in figures] + [""]

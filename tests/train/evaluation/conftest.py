@@ -29,11 +29,23 @@ def synthetic(n: int, seed: int = 0, dim: int = 384) -> tuple[np.ndarray, np.nda
     return emb.astype(np.float32), scores, costs
 
 
+def synthetic_prompts(scores: np.ndarray) -> np.ndarray:
+    """Prompt texts for routers that read them: the rows only the dearest model gets right are
+    written as multi-step code questions (LiteLLM's complexity scorer puts them in a higher tier)."""
+    hard = (scores[:, -1] == 1) & (scores[:, :-1] == 0).all(axis=1)
+    return np.array([
+        f"Write a python function and a class for task {i}; explain step by step, first parse then prove it."
+        if hard[i] else f"What is {i} plus {i + 1}?"
+        for i in range(len(scores))
+    ], dtype=object)
+
+
 @pytest.fixture(scope="session")
 def synth_splits() -> tuple[Split, Split, Split]:
     emb, scores, costs = synthetic(420, seed=1)
+    prompts = synthetic_prompts(scores)
     parts = [slice(0, 240), slice(240, 320), slice(320, 420)]
-    return tuple(Split(emb[s], scores[s], costs[s]) for s in parts)  # type: ignore[return-value]
+    return tuple(Split(emb[s], scores[s], costs[s], prompts=prompts[s]) for s in parts)  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ def acc_cost(router, split, tau=None):
 
 def test_names_and_order():
     assert [r.name for r in make_baselines()] == list(BASELINE_NAMES)
-    assert len(BASELINE_NAMES) == 11
+    assert len(BASELINE_NAMES) == 13
 
 
 def test_split_validates_its_arrays():

@@ -93,7 +93,7 @@ def test_metrics_have_every_key_of_the_issue(result):
     assert set(m["adaptability"]) >= {"tau_mu_corr", "floor_compliance", "tol2_compliance", "tol5_compliance", "cost_range"}
     assert [r["tau"] for r in m["per_tau"]] == tau_grid(0.6, 0.75, 0.01).tolist()
     assert all(PER_TAU_KEYS <= set(r) for r in m["per_tau"])
-    assert set(m["baselines_per_tau"]) == {"Calibrated-Threshold", "OmniRouter-Style"}
+    assert set(m["baselines_per_tau"]) == {"Calibrated-Threshold", "OmniRouter-Style", "Single-Model", "LiteLLM-Complexity"}
     assert all(len(rows) == len(m["per_tau"]) for rows in m["baselines_per_tau"].values())
     assert [t["name"] for t in m["tiers"]] == ["Economy", "Standard", "Premium"]
     assert set(m["dynamic"]) == {"step", "drift", "cyclic", "realistic"}
@@ -188,7 +188,7 @@ def test_headroom_in_metrics_and_report(result):
 
 def test_baselines_beyond_their_validated_range_are_marked(result):
     m = result.metrics
-    assert set(m["baselines_validated_top"]) == {"Calibrated-Threshold", "OmniRouter-Style"}
+    assert set(m["baselines_validated_top"]) == {"Calibrated-Threshold", "OmniRouter-Style", "Single-Model", "LiteLLM-Complexity"}
     for name, rows in m["baselines_per_tau"].items():
         top = m["baselines_validated_top"][name]
         assert [r["validated"] for r in rows] == [r["tau"] <= top + 1e-9 for r in rows]
@@ -235,7 +235,7 @@ def test_two_model_pool(synth_splits, build_random_artifact):
     """RouteLLM's MMLU set has two models: every baseline and metric must cope with K = 2."""
     from proteus_train.evaluation.baselines import Split
 
-    train, val, test = (Split(s.emb, s.scores[:, [1, 3]], s.costs[:, [1, 3]]) for s in synth_splits)
+    train, val, test = (Split(s.emb, s.scores[:, [1, 3]], s.costs[:, [1, 3]], prompts=s.prompts) for s in synth_splits)
     model, manifest = build_random_artifact(["small", "huge"], tau_range=(0.6, 0.75), tau_train_range=(0.55, 0.8))
     config = EvalConfig(seeds=1, bootstrap=50, dynamic_queries=100, dynamic_window=20)
     m = evaluate(model, manifest, train, val, test, config=config, encoder_ms=1.0).metrics

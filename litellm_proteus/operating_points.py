@@ -1,0 +1,113 @@
+"""Operating-point rules: the ways of routing a request that the calibration frontier mixes between.
+
+A calibrated artifact reaches a requested tau by routing each request at one of a few operating
+points (two adjacent points of the validated cost frontier, picked by the prompt's hash).  A point
+is one of these rules, applied to the live candidates after p and mu are computed:
+
+- ``policy``: the trained policy at the calibrated policy tau (eq. 2 with its mu) -- what every
+  artifact without rules does;
+- ``slot``: always the model in slot ``slot`` (its cheapest live deployment);
+- ``quality``: the candidate with the highest predicted quality p + b (the mu = 1 limit of eq. 2,
+  ties to the cheaper deployment);
+- ``cluster``: the request's nearest cluster centroid of the encoder embedding (``centroids``,
+  stored in the artifact) names a slot (``cluster_slots``): a task-level ladder.
+
+A rule whose slot has no live candidate (the deployment was removed or is cooling down) falls back to
+the policy at the point's ``policy_tau``, stored next to it in the calibration.  This module is
+numpy only: the proxy (``predictor.py``) and offline evaluation (``train/routing.route_log``) apply
+rules through the same ``apply_rules``, so they route identically.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+RuleKind = Literal["policy", "slot", "quality", "cluster"]
+NO_CHOICE = -1  # apply_rules: the row routes at the policy (policy rule, or no live candidate for the rule)
+
+
+class OperatingPoint(BaseModel):
+    """One routing rule of the calibration frontier (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: RuleKind = "policy"
+    slot: int | None = Field(default=None, description="kind 'slot': the slot index every request goes to")
+    cluster_slots: list[int] = Field(default_factory=list, description="kind 'cluster': the slot of each centroid")
+
+    @model_validator(mode="after")
+    def _check(self) -> "OperatingPoint":
+        if (self.kind == "slot") != (self.slot is not None):
+            raise ValueError("an operating point has 'slot' exactly when kind is 'slot'")
+        if (self.kind == "cluster") != bool(self.cluster_slots):
+            raise ValueError("an operating point has 'cluster_slots' exactly when kind is 'cluster'")
+        return self
+
+    def label(self, models: Sequence[str] | None = None) -> str:
+        if self.kind == "slot":
+            return f"slot:{models[self.slot] if models else self.slot}"
+        if self.kind == "cluster":
+            names = [models[s] if models else str(s) for s in self.cluster_slots]
+            return "cluster:" + ",".join(names)
+        return self.kind
+
+
+POLICY = OperatingPoint()
+
+
+def nearest_centroid(embeddings: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Index of each row's nearest centroid by squared Euclidean distance."""
+    emb = np.asarray(embeddings, dtype=np.float64)
+    cen = np.asarray(centroids, dtype=np.float64)
+    distance = (emb**2).sum(1, keepdims=True) - 2.0 * emb @ cen.T + (cen**2).sum(1)[None, :]
+    return distance.argmin(axis=1)
+
+
+def _cheapest_of_slot(target: np.ndarray, slots: np.ndarray, costs: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per row: the cheapest valid candidate playing slot ``target[row]``, or NO_CHOICE."""
+    match = valid & (slots == target[:, None])
+    pick = np.where(match, costs, np.inf).argmin(axis=1)
+    return np.where(match.any(axis=1), pick, NO_CHOICE)
+
+
+def apply_rules(
+    rules: Sequence[OperatingPoint],
+    p: np.ndarray,
+    boost: np.ndarray,
+    slots: np.ndarray,
+    costs: np.ndarray,
+    valid: np.ndarray,
+    embeddings: np.ndarray | None = None,
+    centroids: np.ndarray | None = None,
+) -> np.ndarray:
+    """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy).
+
+    All [B, W] arrays cover each request's candidates (padded; ``valid`` marks the real ones):
+    predicted correctness ``p``, boost ``b`` of each candidate's slot, ``slots`` and live ``costs``.
+    ``embeddings`` [B, D] and ``centroids`` [C, D] are needed only by cluster rules."""
+    n = len(rules)
+    choice = np.full(n, NO_CHOICE, dtype=np.int64)
+    if n == 0 or all(r.kind == "policy" for r in rules):
+        return choice
+    kinds = np.array([r.kind for r in rules])
+    target = np.full(n, -1, dtype=np.int64)
+    target[kinds == "slot"] = [r.slot for r in rules if r.kind == "slot"]
+    cluster_rows = np.flatnonzero(kinds == "cluster")
+    if cluster_rows.size:
+        if embeddings is None or centroids is None or len(centroids) == 0:
+            raise ValueError("cluster operating points need the request embeddings and the artifact's centroids")
+        nearest = nearest_centroid(np.asarray(embeddings)[cluster_rows], centroids)
+        target[cluster_rows] = [rules[row].cluster_slots[c] for row, c in zip(cluster_rows, nearest)]
+    by_slot = kinds != "quality"
+    by_slot &= kinds != "policy"
+    if by_slot.any():
+        choice[by_slot] = _cheapest_of_slot(target[by_slot], slots[by_slot], costs[by_slot], valid[by_slot])
+    quality = np.flatnonzero(kinds == "quality")
+    if quality.size:
+        value = np.where(valid[quality], p[quality] + boost[quality], -np.inf)
+        best = value.max(axis=1, keepdims=True)
+        ties = valid[quality] & (value >= best - 1e-12)
+        choice[quality] = np.where(ties, costs[quality], np.inf).argmin(axis=1)
+    return choice

@@ -1,0 +1,136 @@
+"""Operating-point rules (``litellm_proteus.operating_points``) and how the predictor applies them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, Manifest, TauCalibration, load_artifact
+from litellm_proteus.model import INFERENCE_LAMBDA
+from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
+from litellm_proteus.predictor import Candidate, ProteusPredictor, TauMapper, frontier_share
+
+
+def test_rules_pick_among_live_candidates():
+    # request 0: slot 2 played by two deployments -> the cheaper; request 1: slot 2 not live -> policy
+    slots = np.array([[0, 2, 2], [0, 1, 1]])
+    costs = np.array([[1.0, 3.0, 2.0], [1.0, 2.0, 3.0]])
+    p = np.array([[0.2, 0.9, 0.9], [0.5, 0.4, 0.9]])
+    boost = np.zeros_like(p)
+    valid = np.ones_like(p, dtype=bool)
+    rule = OperatingPoint(kind="slot", slot=2)
+    assert apply_rules([rule, rule], p, boost, slots, costs, valid).tolist() == [2, NO_CHOICE]
+    # quality: argmax p + b, ties to the cheaper deployment; padding never chosen
+    quality = OperatingPoint(kind="quality")
+    valid[1, 2] = False
+    assert apply_rules([quality, quality], p, boost, slots, costs, valid).tolist() == [2, 0]
+    assert apply_rules([POLICY, quality], p, boost, slots, costs, valid).tolist() == [NO_CHOICE, 0]
+
+
+def test_cluster_rule_maps_the_nearest_centroid_to_a_slot():
+    centroids = np.array([[1.0, 0.0], [0.0, 1.0]])
+    emb = np.array([[0.9, 0.1], [0.2, 0.8]])
+    rule = OperatingPoint(kind="cluster", cluster_slots=[1, 0])
+    slots = np.array([[0, 1], [0, 1]])
+    ones = np.ones((2, 2))
+    picked = apply_rules([rule, rule], ones, ones, slots, ones, ones.astype(bool), emb, centroids)
+    assert picked.tolist() == [1, 0]
+    with pytest.raises(ValueError, match="centroids"):
+        apply_rules([rule], ones[:1], ones[:1], slots[:1], ones[:1], ones[:1].astype(bool))
+
+
+def test_operating_point_fields_are_validated():
+    with pytest.raises(ValueError, match="slot"):
+        OperatingPoint(kind="slot")
+    with pytest.raises(ValueError, match="cluster_slots"):
+        OperatingPoint(kind="cluster")
+    with pytest.raises(ValueError, match="kind"):
+        OperatingPoint(kind="cheapest")
+    with pytest.raises(ValueError, match="frontier_point"):
+        TauCalibration(frontier_policy_tau=[0.7], frontier_accuracy=[0.7], frontier_cost_usd=[1.0], frontier_point=[POLICY, POLICY])
+
+
+def test_manifest_rejects_a_rule_slot_outside_the_models(build_random_artifact):
+    bad = TauCalibration(
+        frontier_policy_tau=[0.7], frontier_accuracy=[0.7], frontier_cost_usd=[1.0],
+        frontier_point=[OperatingPoint(kind="slot", slot=99)],
+    )
+    with pytest.raises(ValueError, match="outside"):
+        build_random_artifact(["a", "b"], calibration=bad)
+
+
+def test_bundled_artifact_routes_by_its_policy_alone():
+    """An artifact without rules routes exactly as eq. 2 at its calibrated policy tau (mixed or not)."""
+    model, manifest = load_artifact(DEFAULT_ARTIFACT_DIR)
+    cal = manifest.calibration
+    assert not cal.requested_point and not cal.frontier_point and not cal.centroids
+    predictor = ProteusPredictor(DEFAULT_ARTIFACT_DIR, device="cpu")
+    rng = np.random.default_rng(0)
+    n, k = 64, len(manifest.models)
+    emb = rng.normal(size=(n, manifest.encoder.embed_dim)).astype(np.float32)
+    costs = rng.uniform(1e-5, 1e-2, size=(n, k))
+    taus = rng.uniform(*manifest.tau_range, size=n)
+    draws = rng.uniform(size=n)
+    cands = [[Candidate(s, float(costs[i, s])) for s in range(k)] for i in range(n)]
+    for row_draws in (None, draws):
+        decisions = predictor.decide_embeddings(emb, taus, cands, None if row_draws is None else list(row_draws))
+        expected_taus = []
+        for i, tau in enumerate(taus):
+            if row_draws is not None and cal.frontier_policy_tau:
+                lower, upper, share = frontier_share(np.asarray(cal.frontier_accuracy), tau + cal.margin)
+                expected_taus.append(cal.frontier_policy_tau[upper if row_draws[i] < share else lower])
+            else:
+                expected_taus.append(float(np.interp(tau, cal.requested, cal.policy_tau)))
+        tau_norm = torch.tensor([manifest.tau_norm(t) for t in expected_taus], dtype=torch.float32)
+        with torch.inference_mode():
+            out = model.route(torch.as_tensor(emb), tau_norm, torch.as_tensor(manifest.cost_normalizer.normalize(costs)), lam=INFERENCE_LAMBDA)
+        assert [d.policy_tau for d in decisions] == pytest.approx(expected_taus)
+        assert [d.slot for d in decisions] == out.choice.tolist()
+        assert {d.rule for d in decisions} == {"policy"}
+
+
+RULE_FRONTIER = TauCalibration(
+    requested=[0.7, 0.8, 0.9],
+    policy_tau=[0.7, 0.75, 0.9],
+    requested_point=[OperatingPoint(kind="slot", slot=1), POLICY, OperatingPoint(kind="quality")],
+    margin=0.0,
+    frontier_policy_tau=[0.7, 0.8, 0.9],
+    frontier_accuracy=[0.70, 0.80, 0.90],
+    frontier_cost_usd=[1e-4, 1e-3, 1e-2],
+    frontier_point=[OperatingPoint(kind="slot", slot=1), POLICY, OperatingPoint(kind="quality")],
+)
+
+
+def test_predictor_applies_rule_points_and_falls_back_to_the_policy(make_artifact):
+    predictor = ProteusPredictor(make_artifact(["a", "b", "c"], calibration=RULE_FRONTIER), device="cpu")
+    emb = np.random.default_rng(1).normal(size=(4, 384)).astype(np.float32)
+    live = [Candidate(0, 1e-3), Candidate(1, 5e-4), Candidate(2, 1e-2)]
+    # draw 0.99 at tau 0.7 -> the lowest frontier point: slot 1
+    picked = predictor.decide_embeddings(emb, [0.7] * 4, [live] * 4, [0.99] * 4)
+    assert [d.model for d in picked] == ["b"] * 4 and {d.rule for d in picked} == {"slot:1"}
+    # slot 1 not live -> the policy at the point's policy tau (0.7)
+    for draws in ([0.99] * 4, None):  # the frontier's point, and the table's entry at tau 0.7
+        without = predictor.decide_embeddings(emb, [0.7] * 4, [[live[0], live[2]]] * 4, draws)
+        assert {d.rule for d in without} == {"policy"} and all(d.policy_tau == 0.7 for d in without)
+    # without draws, the step table: tau 0.85 -> the 0.9 entry (quality) -> argmax p + b
+    quality = predictor.decide_embeddings(emb, [0.85] * 4, [live] * 4)
+    p_plus_b = np.array([d.p for d in quality]) + predictor.model.boost.detach().numpy()[None, :]
+    assert [d.index for d in quality] == p_plus_b.argmax(1).tolist()
+    assert {d.rule for d in quality} == {"quality"}
+
+
+def test_tau_mapper_table_with_rules_is_a_step_function(build_random_artifact):
+    _, manifest = build_random_artifact(["a", "b", "c"], calibration=RULE_FRONTIER)
+    mapper = TauMapper(manifest)
+    assert mapper.operating_point(0.7) == (0.7, OperatingPoint(kind="slot", slot=1))
+    assert mapper.operating_point(0.71) == (0.75, POLICY)  # the next entry, not interpolated
+    assert mapper.operating_point(0.9) == (0.9, OperatingPoint(kind="quality"))
+    assert mapper.operating_point(0.85, 0.1) == (0.9, OperatingPoint(kind="quality"))  # mixing: share 0.5 -> upper
+    assert mapper.operating_point(0.85, 0.9) == (0.8, POLICY)
+
+
+def test_manifest_round_trip_keeps_rules(build_random_artifact):
+    _, manifest = build_random_artifact(["a", "b", "c"], calibration=RULE_FRONTIER)
+    again = Manifest.model_validate_json(manifest.model_dump_json())
+    assert again.calibration.frontier_point == RULE_FRONTIER.frontier_point

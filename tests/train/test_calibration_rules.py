@@ -1,0 +1,83 @@
+"""Calibration over operating-point rules: the hull over every point, the declared range, and
+offline routing (``route_log``) reproducing the proxy's rule choices."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from litellm_proteus.artifact import TauCalibration
+from litellm_proteus.operating_points import POLICY, OperatingPoint
+from litellm_proteus.predictor import Candidate, ProteusPredictor
+from litellm_proteus.artifact import load_artifact
+from proteus_train.calibration import CalibrationRows, CandidatePoint, calibrate, cluster_ladders, kmeans, rule_points
+from proteus_train.routing import route_log
+
+SLOT0 = OperatingPoint(kind="slot", slot=0)
+QUALITY = OperatingPoint(kind="quality")
+
+
+def test_rule_points_join_the_table_frontier_and_declared_range():
+    taus = np.array([0.70, 0.71, 0.72])
+    acc, cost = np.array([0.70, 0.72, 0.74]), np.array([1.0, 2.0, 3.0])
+    extra = [CandidatePoint(SLOT0, 0.73, 0.5), CandidatePoint(QUALITY, 0.80, 5.0)]
+    table, declared = calibrate(taus, acc, margin=0.01, step=0.01, costs_usd=cost, extra=extra)
+    assert declared == (0.70, 0.79)  # the quality point's accuracy minus the margin
+    points = dict(zip(table.requested, table.requested_point))
+    assert points[0.7] == points[0.72] == SLOT0  # cheaper than any policy point meeting it
+    assert points[0.73] == POLICY and points[0.74] == points[0.79] == QUALITY
+    # (3, 0.74) lies under the chord from the slot point to the quality point: mixing those two beats it
+    assert table.frontier_point == [SLOT0, QUALITY] and table.frontier_accuracy == [0.73, 0.80]
+    # a rule's fallback: the cheapest policy point at least as accurate
+    assert table.policy_tau[0] == 0.72
+    assert not table.centroids
+
+
+def test_without_useful_rules_the_table_is_the_policy_grid():
+    taus = np.array([0.70, 0.71, 0.72])
+    acc, cost = np.array([0.70, 0.72, 0.74]), np.array([1.0, 2.0, 3.0])
+    plain, _ = calibrate(taus, acc, 0.01, 0.01, cost)
+    dominated, _ = calibrate(taus, acc, 0.01, 0.01, cost, extra=[CandidatePoint(SLOT0, 0.71, 9.0)])
+    assert dominated.requested_point == [] and dominated.frontier_point == []
+    assert dominated.model_dump(exclude={"requested_point", "frontier_point"}) == plain.model_dump(
+        exclude={"requested_point", "frontier_point"}
+    )
+
+
+def test_cluster_ladders_find_the_task_structure():
+    rng = np.random.default_rng(0)
+    emb = np.r_[rng.normal(5, 0.1, (60, 4)), rng.normal(-5, 0.1, (60, 4))]
+    scores = np.zeros((120, 2))
+    scores[:60, 0] = 1  # model 0 right on the first task only, model 1 on the second
+    scores[60:, 1] = 1
+    costs = np.ones((120, 2))
+    centroids = kmeans(emb, 2, seed=0)
+    ladders = cluster_ladders(emb, scores, costs, centroids)
+    assert len(ladders) == 1 and sorted(ladders[0]) == [0, 1]
+    rows = CalibrationRows(emb, scores, costs, np.full((120, 2), 0.5))
+    points = {p.rule.label(): p for p in rule_points([rows], np.zeros(2), centroids, ladders)}
+    assert points["slot:0"].accuracy == 0.5 and points[f"cluster:{ladders[0][0]},{ladders[0][1]}"].accuracy == 1.0
+
+
+def test_route_log_reproduces_the_proxy_with_rules(make_artifact):
+    cal = TauCalibration(
+        requested=[0.7, 0.8, 0.9], policy_tau=[0.7, 0.8, 0.9], margin=0.0,
+        requested_point=[SLOT0, POLICY, OperatingPoint(kind="cluster", cluster_slots=[1, 2])],
+        frontier_policy_tau=[0.7, 0.8, 0.9], frontier_accuracy=[0.7, 0.8, 0.9], frontier_cost_usd=[1e-4, 1e-3, 1e-2],
+        frontier_point=[SLOT0, QUALITY, OperatingPoint(kind="cluster", cluster_slots=[1, 2])],
+        centroids=[[1.0] * 384, [-1.0] * 384],
+    )
+    directory = make_artifact(["a", "b", "c"], calibration=cal)
+    model, manifest = load_artifact(directory)
+    predictor = ProteusPredictor(directory, device="cpu")
+    rng = np.random.default_rng(3)
+    n = 300
+    emb = rng.normal(size=(n, 384)).astype(np.float32)
+    costs = rng.uniform(1e-5, 1e-2, size=(n, 3))
+    taus, draws = rng.uniform(0.7, 0.9, size=n), rng.uniform(size=n)
+    cands = [[Candidate(s, float(costs[i, s])) for s in range(3)] for i in range(n)]
+    for d in (draws, None):
+        offline = route_log(model, manifest, emb, costs, taus, draws=d).choice
+        online = predictor.decide_embeddings(emb, taus, cands, None if d is None else list(d))
+        assert offline.tolist() == [x.slot for x in online]
+        # the rules did route (without draws, the step table reaches slot 0 only at tau 0.7 exactly)
+        assert len({x.rule for x in online}) == (3 if d is not None else 2)
