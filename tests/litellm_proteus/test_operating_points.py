@@ -115,7 +115,7 @@ def test_predictor_applies_rule_points_and_falls_back_to_the_policy(make_artifac
         assert {d.rule for d in without} == {"policy"} and all(d.policy_tau == 0.7 for d in without)
     # without draws, the step table: tau 0.85 -> the 0.9 entry (quality) -> argmax p + b
     quality = predictor.decide_embeddings(emb, [0.85] * 4, [live] * 4)
-    p_plus_b = np.array([d.p for d in quality]) + predictor.model.boost.detach().numpy()[None, :]
+    p_plus_b = np.array([d.p for d in quality]) + predictor.network.boost[None, :]
     assert [d.index for d in quality] == p_plus_b.argmax(1).tolist()
     assert {d.rule for d in quality} == {"quality"}
 
