@@ -32,6 +32,8 @@ HELP = {
                       "--finetune-encoder implies --no-static-encoder",
     "mix_operating_points": "store the validation cost frontier so a tau between two operating points routes a "
                             "share of queries (by prompt hash) at each, paying for the accuracy it needs, not the next step's",
+    "init": "warm start from this artifact directory (its encoder, slots, weights and tau training range)",
+    "propensity_weighting": "decision logs: ips (loss weighted by clipped inverse propensity) or none",
     "truncation": "which tokens of long prompts the encoder keeps: tail, head, head_tail",
 }
 

@@ -20,6 +20,12 @@ class TrainConfig:
     prices: str | None = None  # JSON/YAML price table (USD per 1M tokens) for logs without costs
     skip_contaminated: bool = False  # RouteLLM: drop prompts listed in contaminated_prompts.jsonl
     seed: int = 0
+    # warm start: an artifact directory whose encoder, slots, weights and tau training range are kept
+    init: str | None = None
+    # bandit feedback (decision logs): "ips" weights the performance head's loss by min(1/propensity,
+    # propensity_clip), self-normalised; "none" leaves it unweighted.  Full-information rows: weight 1.
+    propensity_weighting: str = "ips"
+    propensity_clip: float = 20.0
     # encoder
     encoder: str = DEFAULT_ENCODER
     max_tokens: int = 256
@@ -102,14 +108,18 @@ class TrainConfig:
                     problems.append(f"{flag} must be a number {'> 0' if positive else '>= 0'}; got {value}")
         if self.truncation not in TRUNCATIONS:
             problems.append(f"--truncation must be one of {list(TRUNCATIONS)}; got {self.truncation!r}")
+        if self.propensity_weighting not in PROPENSITY_WEIGHTINGS:
+            problems.append(f"--propensity-weighting must be one of {list(PROPENSITY_WEIGHTINGS)}; got {self.propensity_weighting!r}")
         if self.cost_space not in COST_SPACES:
             problems.append(f"--cost-space must be one of {list(COST_SPACES)}; got {self.cost_space!r}")
         if problems:
             raise ValueError("; ".join(problems))
 
 
+PROPENSITY_WEIGHTINGS = ("ips", "none")
+
 _INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0}
 
 
 _FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",
-                   "lambda_max", "tau_below_best", "calibration_step", "fixed_gamma"}
+                   "lambda_max", "tau_below_best", "calibration_step", "fixed_gamma", "propensity_clip"}

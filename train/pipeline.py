@@ -36,6 +36,7 @@ import math
 import os
 import time
 from dataclasses import asdict
+from dataclasses import replace as replace_config
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,8 @@ import torch
 from torch import nn
 
 from litellm_proteus import __version__
-from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, save_artifact
+from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, load_artifact, read_manifest, save_artifact
+from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.encoder import TextEncoder, resolve_device
 from litellm_proteus.model import ModelConfig, ProteusModel
 
@@ -52,7 +54,9 @@ from .config import TrainConfig
 from .data import read_price_file
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
-from .heads import fit_boosts, fit_performance_head, masked_bce, out_of_fold_predictions
+from .heads import fit_boosts, fit_performance_head, ips_weights, masked_bce, out_of_fold_predictions
+from .off_policy import BanditRows
+from .off_policy_calibration import off_policy_calibration
 from .ppo import train_policy
 from .routing import fill_missing_costs
 
@@ -69,7 +73,10 @@ def load_training_data(config: TrainConfig) -> RoutingLog:
         seed=config.seed,
         skip_contaminated=config.skip_contaminated,
     )
-    return assign_splits(data, seed=config.seed)
+    if config.init:  # the initial artifact's slots, in its head order
+        data = data.with_models(read_manifest(config.init).models)
+    # a decision log brings its own time split (train, then val); it has no test part
+    return assign_splits(data, seed=config.seed, ratios=BANDIT_RATIOS if data.bandit else (0.7, 0.15, 0.15))
 
 
 def set_determinism(seed: int) -> None:
@@ -90,6 +97,7 @@ def make_encoder(config: TrainConfig, name: str | None = None) -> TextEncoder:
     )
 
 
+BANDIT_RATIOS = (0.85, 0.15, 0.0)
 BUNDLED_ENCODER_DIR = "encoder"  # a fine-tuned or static encoder travels inside the artifact
 
 
@@ -169,9 +177,17 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     data = load_training_data(config)
     parts = {name: np.flatnonzero(data.split == name) for name in ("train", "val", "test")}
     static_dir = None
-    if config.static_encoder and not config.finetune_encoder:  # fine-tuning trains the transformer itself
+    init_model, init_manifest = load_artifact(config.init) if config.init else (None, None)
+    if init_manifest is not None:  # the initial artifact's encoder, exactly
+        config = replace_config(config, max_tokens=init_manifest.encoder.max_tokens,
+                                truncation=init_manifest.encoder.truncation, finetune_encoder=False)
+        encoder = make_encoder(config, init_manifest.encoder.resolve(config.init))
+        if init_manifest.encoder.bundled:
+            static_dir = Path(init_manifest.encoder.resolve(config.init))
+    elif config.static_encoder and not config.finetune_encoder:  # fine-tuning trains the transformer itself
         static_dir = cached_static_encoder(config.encoder, config.cache_dir, device=config.device, progress=config.progress)
-    encoder = make_encoder(config, str(static_dir) if static_dir else None)
+    if init_manifest is None:
+        encoder = make_encoder(config, str(static_dir) if static_dir else None)
     if config.finetune_encoder:
         finetune_encoder(encoder, data, parts["train"], config, generator)
     embeddings = encoder.encode(data.prompts, progress=config.progress)
@@ -187,7 +203,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     y = torch.as_tensor(data.scores, dtype=torch.float32)
     costs = fill_missing_costs(data.costs)
 
-    model_config = ModelConfig(
+    model_config = init_manifest.architecture if init_manifest is not None else ModelConfig(
         embed_dim=encoder.embed_dim,
         n_models=len(data.models),
         hidden_dim=config.hidden_dim,
@@ -196,10 +212,17 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         selection_temperature=config.selection_temperature,
     )
     model = ProteusModel(model_config)
+    init_state = None
+    if init_model is not None:
+        init_state = {k: v.detach().clone() for k, v in init_model.state_dict().items()}
+        model.load_state_dict(init_state)
+    weights = ips_weights(data.propensity, config.propensity_clip) if config.propensity_weighting == "ips" else None
+    w_train, w_val = (None, None) if weights is None else (weights[train_idx], weights[val_idx])
 
     t0 = time.perf_counter()
-    val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator)
-    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator)
+    val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator,
+                                   w_train, w_val)
+    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator, w_train, init_state)
     timings["performance_head_s"] = time.perf_counter() - t0
     train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32)
     quality_accuracy = fit_boosts(model, p_oof, torch.where(torch.isfinite(train_scores), train_scores, p_oof), config)
@@ -207,14 +230,21 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     log.info("performance head: validation BCE %.4f", val_bce)
     with torch.no_grad():
         val_p = torch.sigmoid(model.performance_logits(model.embed(emb_t[val_idx]))).numpy()
-    tau_range = tuple(config.tau_range) if config.tau_range else derive_tau_range(
-        data.scores[val_idx], val_p, config.tau_below_best
-    )
+    # bandit rows: the head's prediction stands in for every unlabelled slot (direct method)
+    val_scores = np.where(np.isfinite(data.scores[val_idx]), data.scores[val_idx], val_p) if data.bandit \
+        else data.scores[val_idx]
+    if config.tau_range:
+        tau_range = tuple(config.tau_range)
+    elif init_manifest is not None:  # the initial policy's tau_norm is defined on its training range
+        tau_range = tuple(init_manifest.tau_train_range)
+    else:
+        tau_range = derive_tau_range(val_scores, val_p, config.tau_below_best)
     log.info("tau training range [%.4f, %.4f]", *tau_range)
 
     t0 = time.perf_counter()
     normalizer, history, lambdas = train_policy(
-        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng
+        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng,
+        None if init_manifest is None else CostNormalizer.from_dict(init_manifest.cost_normalization),
     )
     timings["ppo_s"] = time.perf_counter() - t0
 
@@ -241,10 +271,22 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     # confidence when it covers both estimates' noise, z * sqrt(t (1 - t) (1/n_cal + 1/n_val))
     # (z = 1.28, t = best single model's validation accuracy), never below calibration_margin.
     # Measured: with 0.005 the MMLU artifact missed 7 of 11 test taus by 0.1-0.8 pp.
-    level = best_single_accuracy(data.scores[val_idx])
+    level = best_single_accuracy(val_scores)
     spread = math.sqrt(level * (1 - level) * (1 / (n_val + n_oof) + 1 / n_val))
     margin = max(config.calibration_margin, config.calibration_z * spread)
-    if config.calibrate:
+    off_policy = None
+    if config.calibrate and data.bandit:
+        calib_idx = np.concatenate([val_idx, train_idx])
+        off_policy = off_policy_calibration(
+            model, emb_t[calib_idx], torch.cat([torch.as_tensor(val_p), p_oof]),
+            BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
+                       clip=config.propensity_clip),
+            costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config,
+        )
+        calibration, declared = off_policy.calibration, off_policy.declared
+        calibration_acc, pooled = off_policy.lower, off_policy.curve
+        off_policy.support.warn()
+    elif config.calibrate:
         frontier_costs = pooled.cost_usd if config.mix_operating_points else None
         calibration, declared = calibrate(policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs)
     else:
@@ -253,9 +295,15 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
 
     train_config = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
     bundled = config.finetune_encoder or static_dir is not None
+    bandit_record = {} if not data.bandit else {
+        "provenance": data.provenance,
+        "off_policy": None if off_policy is None else off_policy.support.to_dict(),
+        "init": None if init_manifest is None else {"path": str(Path(config.init).resolve()),
+                                                    "weights_sha256": init_manifest.weights_sha256},
+    }
     manifest = Manifest(
         models=data.models,
-        encoder=EncoderSpec(
+        encoder=init_manifest.encoder.model_copy(update={"files_sha256": {}}) if init_manifest is not None else EncoderSpec(
             name=BUNDLED_ENCODER_DIR if bundled else config.encoder,
             bundled=bundled,
             static_from=config.encoder if static_dir else None,
@@ -289,11 +337,12 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
             split_seed=config.seed,
             prices=read_price_file(config.prices),
             skip_contaminated=config.skip_contaminated,
+            **bandit_record,
         ),
         metrics={
             "val_bce": round(val_bce, 5),
-            "val_best_single_accuracy": round(best_single_accuracy(data.scores[val_idx]), 4),
-            "val_oracle_accuracy": round(oracle_accuracy(data.scores[val_idx]), 4),
+            "val_best_single_accuracy": round(best_single_accuracy(val_scores), 4),
+            "val_oracle_accuracy": round(oracle_accuracy(val_scores), 4),
             "val_curve": {
                 "policy_tau": policy_taus.tolist(),
                 "accuracy": np.round(val_curve.accuracy, 4).tolist(),
@@ -303,6 +352,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
                 "calibration_accuracy": np.round(calibration_acc, 4).tolist(),
                 "calibration_cost_usd": np.round(pooled.cost_usd, 8).tolist(),
             },
+            **({} if off_policy is None else {"off_policy_curve": off_policy.estimates}),
         },
         package_version=__version__,
     )
@@ -311,6 +361,6 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         encoder.model.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
         encoder.tokenizer.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
     if static_dir is not None:
-        copy_static_encoder(static_dir, Path(out_dir) / BUNDLED_ENCODER_DIR)
+        copy_static_encoder(static_dir, Path(out_dir) / manifest.encoder.name)
     save_artifact(out_dir, model, manifest)
     return manifest

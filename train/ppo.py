@@ -101,9 +101,11 @@ def train_policy(
     tau_range: tuple[float, float],
     config: TrainConfig,
     rng: np.random.Generator,
+    normalizer: CostNormalizer | None = None,
 ) -> tuple[CostNormalizer, list[dict[str, float]], np.ndarray]:
     """PPO with session-based tau sampling and the Lagrangian dual.
 
+    ``normalizer``: start from these cost bounds (a warm-started artifact's) instead of none.
     Returns the cost normaliser, a thinned training log and the final dual variables per tau bin."""
     lo, hi = tau_range
     # Only the policy, critic and gamma move; projection, performance head and b are frozen.
@@ -121,7 +123,7 @@ def train_policy(
     )
     with torch.no_grad():
         z_all = model.embed(emb)
-    normalizer = CostNormalizer(space=config.cost_space)
+    normalizer = CostNormalizer(space=config.cost_space) if normalizer is None else normalizer
     scores_t = torch.as_tensor(scores, dtype=torch.float32)
     outcomes_all = torch.where(torch.isfinite(scores_t), scores_t, p_oof)
     # One dual variable per tau bin: every tau is its own constraint (acc(tau) >= tau), and a single
