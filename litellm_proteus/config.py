@@ -29,6 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .exploration import ExplorationSettings
+
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
@@ -104,6 +106,8 @@ class ProteusConfig(BaseModel):
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     log_decisions: bool = True
+    exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,
+                                             description="safe exploration (litellm_proteus/exploration.py); off by default")
     allow_direct_deployments: bool = Field(
         False,
         description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
@@ -142,6 +146,9 @@ class ProteusConfig(BaseModel):
         unknown = sorted(set(self.allow_raise) - set(self.tiers))
         if unknown:
             raise ValueError(f"allow_raise names unknown tiers {unknown}; allowed: {allowed}")
+        unknown = sorted(set(self.exploration.tiers) - set(self.tiers))
+        if unknown:
+            raise ValueError(f"exploration.tiers names unknown tiers {unknown}; allowed: {allowed}")
         return self
 
     def may_raise(self, tier: str) -> bool:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import ProteusConfig
+from .exploration import explore_decision
 from .observability import RateLimitedWarnings
 from .predictor import Candidate, Decision
 
@@ -297,6 +298,7 @@ class DecisionRequest:
     messages: Sequence[Mapping[str, Any]] | None  # for counting prompt tokens (None: count ``text``)
     tau: float
     candidates: Sequence[ScoredDeployment]
+    exploration_rate: float = 0.0  # litellm_proteus.exploration; 0 = the policy's choice
 
 
 @dataclass(frozen=True)
@@ -305,6 +307,7 @@ class Routed:
     prompt_tokens: int
     cost_usd: float  # estimated cost of this request on the chosen deployment
     costs_usd: tuple[float, ...]  # per candidate, in the order given
+    propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
 
 
 def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
@@ -393,7 +396,9 @@ class DecisionEngine:
         if self.predictor is None:
             raise RuntimeError("DecisionEngine.decide needs a predictor")
         decisions = self.predictor.decide([r.text for r in requests], [r.tau for r in requests], candidates)
+        explored = [explore_decision(d, r.exploration_rate, [c.slot for c in r.candidates], self.manifest.models)
+                    for d, r in zip(decisions, requests)]
         return [
-            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands))
-            for d, n, cands in zip(decisions, tokens, candidates)
+            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity)
+            for (d, propensity), n, cands in zip(explored, tokens, candidates)
         ]

@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-from litellm_proteus.exploration import ExplorationSettings, explore
+from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
 
 from .data import assign_splits, load_logs
@@ -86,7 +86,6 @@ def simulate(args: argparse.Namespace) -> dict:
     costs = fill_missing_costs(data.costs)
     prompts = [data.prompts[i] for i in rows]
     routed = route_log(model, manifest, embeddings[rows], costs[rows], taus, draws=np.array([mixing_draw(p) for p in prompts]))
-    settings = ExplorationSettings(rate=args.exploration_rate)
     weights_sha = manifest.weights_sha256
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -97,7 +96,7 @@ def simulate(args: argparse.Namespace) -> dict:
         i, ts = int(rows[r]), START_TS + r * args.interval_s
         call_id = f"sim-{args.seed}-{r}"
         p = routed.p[r].tolist()
-        step = explore(p, int(routed.choice[r]), settings, float(rng.random()), float(rng.random()))
+        step = explore(p, int(routed.choice[r]), args.exploration_rate, float(rng.random()), float(rng.random()))
         explored += int(step.index != routed.choice[r])
         policy_cost += costs[rows[r], routed.choice[r]]
         chosen_cost += costs[i, step.index]

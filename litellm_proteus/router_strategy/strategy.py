@@ -289,7 +289,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         tier = await self._tier(metadatas)
         resolution = resolve_tau(self.config, requested, tier)
         routed = await self.batcher.submit(
-            DecisionRequest(request_text(messages, input), messages, resolution.tau, scored)
+            DecisionRequest(request_text(messages, input), messages, resolution.tau, scored,
+                            self.config.exploration.rate_for(resolution.tier))
         )
         decision = routed.decision
         chosen = scored[decision.index]

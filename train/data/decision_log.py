@@ -61,8 +61,9 @@ def _decision_fields(where: str, record: Mapping[str, Any]) -> tuple[list[Mappin
     candidates = record.get("candidates")
     if not isinstance(candidates, (list, tuple)) or not candidates:
         raise ValueError(f"{where}: field 'candidates' must be a non-empty list of {{slot, model, cost_usd, p}}")
-    chosen = record.get("chosen")
-    if not isinstance(chosen, (int, np.integer)) or not 0 <= int(chosen) < len(candidates):
+    chosen = record.get("chosen")  # pandas reads it as float when other record types lack it
+    integral = isinstance(chosen, (int, np.integer)) or (isinstance(chosen, float) and chosen.is_integer())
+    if isinstance(chosen, bool) or not integral or not 0 <= int(chosen) < len(candidates):
         raise ValueError(f"{where}: field 'chosen' must be an index into candidates (0..{len(candidates) - 1}); got {chosen!r}")
     propensity = float(record.get("propensity", 1.0))
     if not 0 < propensity <= 1:
