@@ -38,8 +38,8 @@ def route_split(artifact: str, data_paths: list[str], split: str, taus: np.ndarr
     for tau in taus:
         choice = route_log(model, manifest, emb, costs, float(tau), draws=draws).choice
         acc, cost = float(observed[rows, choice].mean()), float(costs[rows, choice].mean())
-        out.append({"tau": round(float(tau), 4), "accuracy": round(acc, 4), "meets_floor": acc >= tau - 1e-9,
-                    "cost_usd": round(cost, 8), "in_declared_range": manifest.tau_range[0] - 1e-9 <= tau <= manifest.tau_range[1] + 1e-9})
+        out.append({"tau": round(float(tau), 4), "accuracy": round(acc, 4), "meets_floor": bool(acc >= tau - 1e-9),
+                    "cost_usd": round(cost, 8), "in_declared_range": bool(manifest.tau_range[0] - 1e-9 <= tau <= manifest.tau_range[1] + 1e-9)})
     return out
 
 
