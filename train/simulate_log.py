@@ -52,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback")
     parser.add_argument("--exploration-rate", type=float, default=0.02, help="exploration rate on every tier")
     parser.add_argument("--delay-s", type=float, default=3600.0, help="feedback arrives up to this long after a decision")
+    parser.add_argument("--start-ts", type=float, default=START_TS, help="unix time of the first request")
     parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between simulated requests")
     parser.add_argument("--rotate", type=int, default=10_000, help="records per JSONL file")
     parser.add_argument("--seed", type=int, default=0)
@@ -93,7 +94,7 @@ def simulate(args: argparse.Namespace) -> dict:
     explored = labelled = 0
     policy_cost = chosen_cost = 0.0
     for r in range(n):
-        i, ts = int(rows[r]), START_TS + r * args.interval_s
+        i, ts = int(rows[r]), args.start_ts + r * args.interval_s
         call_id = f"sim-{args.seed}-{r}"
         p = routed.p[r].tolist()
         step = explore(p, int(routed.choice[r]), args.exploration_rate, float(rng.random()), float(rng.random()))

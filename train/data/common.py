@@ -306,6 +306,8 @@ def concat_logs(logs: Sequence[RoutingLog]) -> RoutingLog:
                                    for lg in logs]) if bandit else None,
         logged_choice=np.concatenate([np.full(len(lg), -1) if lg.logged_choice is None else lg.logged_choice
                                       for lg in logs]) if bandit else None,
+        logged_tau=np.concatenate([np.full(len(lg), np.nan) if lg.logged_tau is None else lg.logged_tau
+                                   for lg in logs]) if bandit else None,
         provenance={k: v for lg in logs for k, v in lg.provenance.items()},
     )
 

@@ -12,7 +12,7 @@ Per row of the resulting log:
 * ``costs``: each candidate's logged ``cost_usd`` (the chosen one's ``response_cost`` when the outcome
   has it), NaN for slots that were not candidates;
 * ``propensity``: the probability with which the logging policy chose that slot (1.0 without
-  exploration); ``logged_choice``: the chosen slot index;
+  exploration); ``logged_choice``: the chosen slot index; ``logged_tau``: its ``tau_effective``;
 * ``split``: by time -- the oldest ``TRAIN_SHARE`` of requests train, the newest val (a router is
   validated on traffic later than what it learnt from), no test part (``proteus eval --log`` judges
   an artifact on a log it never trained on).
@@ -168,5 +168,6 @@ def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
         sample_ids=[r["call_id"] for r in rows], input_tokens=estimate_tokens(prompts), source=FORMAT,
         paths=[t.path.as_posix() for t in tables], split_method=provenance["split_method"],
         propensity=propensity, logged_choice=chosen, provenance=provenance,
+        logged_tau=np.array([float(r.get("tau_effective", math.nan)) for r in rows]),
     )
 

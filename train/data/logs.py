@@ -28,6 +28,7 @@ class RoutingLog:
     propensity:    optional [N] probability with which the logging router chose ``logged_choice``
                    (bandit feedback from a decision log; NaN = a full-information row).
     logged_choice: optional [N] slot index the logging router chose (-1 = full-information row).
+    logged_tau:    optional [N] tau the logging router routed at (tau_effective; NaN = unknown).
     provenance:    optional facts about the source recorded in the manifest (log dates, counts).
     """
 
@@ -46,6 +47,7 @@ class RoutingLog:
     split_method: str = ""
     propensity: np.ndarray | None = None
     logged_choice: np.ndarray | None = None
+    logged_tau: np.ndarray | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -61,7 +63,7 @@ class RoutingLog:
             raise ValueError("scores must lie in [0, 1] (NaN = not observed)")
         if len(set(self.models)) != k:
             raise ValueError(f"models must be unique; got {self.models}")
-        for name in ("propensity", "logged_choice"):
+        for name in ("propensity", "logged_choice", "logged_tau"):
             if getattr(self, name) is not None and len(getattr(self, name)) != n:
                 raise ValueError(f"{name} has {len(getattr(self, name))} rows, expected {n}")
         if self.split is not None:
@@ -91,6 +93,7 @@ class RoutingLog:
             input_tokens=arr(self.input_tokens),
             propensity=arr(self.propensity),
             logged_choice=arr(self.logged_choice),
+            logged_tau=arr(self.logged_tau),
         )
 
     @property

@@ -108,3 +108,17 @@ def test_bad_flags_end_with_an_error(logged):
     assert done.returncode == 2 and "error: --label-share must lie in [0, 1]; got 1.5" in done.stderr
     done = proteus("train", "--data", base / "explore", "--out", base / "y", "--propensity-weighting", "dr")
     assert done.returncode == 2 and "--propensity-weighting must be one of ['ips', 'none']" in done.stderr
+
+
+def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
+    base, _ = logged
+    if not (base / "from-log").exists():
+        train_process(base / "explore", base / "from-log", "--init", DEFAULT_ARTIFACT_DIR)
+    done = proteus("eval", "--artifact", base / "from-log", "--log", base / "greedy", "--out", base / "promo",
+                   "--cache-dir", base / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((base / "promo" / "promotion.json").read_text())
+    assert set(report["tiers"]) == {"premium", "economy"} and isinstance(report["promote"], bool) and report["reasons"]
+    assert "**Verdict: " in done.stdout and "overlaps" in report["warning"]  # both logs cover the same simulated hours
+    done = proteus("eval", "--artifact", base / "from-log", "--baseline-artifact", DEFAULT_ARTIFACT_DIR, "--out", base / "x")
+    assert done.returncode != 0 and "--baseline-artifact needs --log" in done.stderr
