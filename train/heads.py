@@ -125,10 +125,19 @@ def fit_performance_head(
 def out_of_fold_predictions(
     model_config: ModelConfig, emb: torch.Tensor, y: torch.Tensor, config: TrainConfig, generator: torch.Generator,
     weights: torch.Tensor | None = None, init: dict[str, torch.Tensor] | None = None,
+    groups: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """p_i(x) for each train row from a head that never saw that row (k-fold cross-fitting)."""
+    """p_i(x) for each train row from a head that never saw that row (k-fold cross-fitting).
+
+    ``groups`` ([N] ids, e.g. one per distinct prompt): rows of a group share a fold, so a prompt
+    repeated in the traffic is never predicted by a head that trained on its repeat."""
     n = len(emb)
-    folds = torch.randperm(n, generator=generator) % config.oof_folds
+    if groups is None:
+        folds = torch.randperm(n, generator=generator) % config.oof_folds
+    else:
+        _, group_index = np.unique(np.asarray(groups), return_inverse=True)
+        group_fold = torch.randperm(int(group_index.max()) + 1, generator=generator) % config.oof_folds
+        folds = group_fold[torch.as_tensor(group_index)]
     oof = torch.zeros_like(y)
     for fold in range(config.oof_folds):
         held = folds == fold

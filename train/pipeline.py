@@ -222,7 +222,9 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     t0 = time.perf_counter()
     val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator,
                                    w_train, w_val)
-    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator, w_train, init_state)
+    groups = np.asarray([data.prompts[i] for i in train_idx], dtype=object) if data.bandit else None  # repeats
+    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator, w_train, init_state,
+                                    groups)
     timings["performance_head_s"] = time.perf_counter() - t0
     train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32)
     quality_accuracy = fit_boosts(model, p_oof, torch.where(torch.isfinite(train_scores), train_scores, p_oof), config)
