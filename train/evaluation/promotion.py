@@ -67,7 +67,7 @@ def verdict(new: dict, old: dict) -> tuple[bool, list[str]]:
         o = old[tier]
         if n["n_matched"] < MIN_MATCHED or n["unsupported_share"] > MAX_UNSUPPORTED_SHARE:
             reasons.append(f"tier {tier!r}: the log cannot estimate the new artifact ({n['n_matched']} labelled rows agree "
-                           f"with the logged choice, need {MIN_MATCHED}; {n['unsupported_share']:.0%} of rows go to models "
+                           f"with the logged choice, need {MIN_MATCHED}; {n['unsupported_share']:.1%} of rows go to models "
                            "the log never labelled): collect more feedback or explore")
             continue
         floor = min(n["tau"], o["dr"] if o["dr"] is not None else n["tau"])
