@@ -33,7 +33,7 @@ HELP = {
     "mix_operating_points": "store the validation cost frontier so a tau between two operating points routes a "
                             "share of queries (by prompt hash) at each, paying for the accuracy it needs, not the next step's",
     "init": "warm start from this artifact directory (its encoder, slots, weights and tau training range)",
-    "propensity_weighting": "decision logs: ips (loss weighted by clipped inverse propensity) or none",
+    "propensity_weighting": "decision logs: none (measured better, see docs/learn-from-traffic.md) or ips (loss weighted by clipped inverse propensity)",
     "truncation": "which tokens of long prompts the encoder keeps: tail, head, head_tail",
 }
 
