@@ -45,3 +45,14 @@ def test_per_tier_rates_override_the_default():
 def test_bad_settings_are_refused(raw):
     with pytest.raises(ValueError, match="rate|ratio"):
         ExplorationSettings(**raw)
+
+
+def test_strategy_config_names_unknown_exploration_tiers():
+    from litellm_proteus.config import ProteusConfig, ProteusConfigError
+
+    config = ProteusConfig.parse({"tiers": {"premium": 0.9, "economy": 0.7}, "default_tier": "economy",
+                                  "exploration": {"rate": 0.02, "tiers": {"premium": 0.0}}})
+    assert config.exploration.rate_for("economy") == 0.02 and ProteusConfig.parse({}).exploration.rate == 0.0
+    with pytest.raises(ProteusConfigError, match=r"exploration.tiers names unknown tiers \['gold'\]; allowed: \['economy', 'premium'\]"):
+        ProteusConfig.parse({"tiers": {"premium": 0.9, "economy": 0.7}, "default_tier": "economy",
+                             "exploration": {"tiers": {"gold": 0.1}}})
