@@ -11,8 +11,8 @@ Verdict: **promote** when, on every tier, NEW's estimate is supported (at least 
 labelled rows agree with the logged choice, at most ``MAX_UNSUPPORTED_SHARE`` of rows go to a slot
 the log never labelled), its accuracy is at least min(tier tau, OLD's accuracy) -- it keeps the
 floor, or loses nothing where OLD did not keep it either -- and its total cost is no higher than
-OLD's, or its accuracy is higher on some tier at equal cost; otherwise **don't promote**, with the
-tier and reason.  Evaluate on a log the new artifact did not train on: the command warns when the
+OLD's, unless it keeps a floor OLD misses (accuracy above a floor OLD already keeps is worth nothing
+to the SLA); otherwise **don't promote**, with the tier and reason.  Evaluate on a log the new artifact did not train on: the command warns when the
 log's period overlaps the one recorded in NEW's manifest.
 """
 
@@ -74,11 +74,11 @@ def verdict(new: dict, old: dict) -> tuple[bool, list[str]]:
         if n["dr"] < floor:
             reasons.append(f"tier {tier!r}: estimated accuracy {n['dr']:.4f} (95% CI {n['ci95'][0]:.4f}-{n['ci95'][1]:.4f}) "
                            f"< {floor:.4f} (tau {n['tau']:g}, old {o['dr']:.4f})")
-        better |= n["dr"] > o["dr"] + 1e-9
+        better |= n["dr"] >= n["tau"] > o["dr"]  # keeps a floor the baseline misses
     new_cost = sum(n["cost_usd"] * n["n_rows"] for n in new.values())
     old_cost = sum(o["cost_usd"] * o["n_rows"] for o in old.values())
     if not reasons and new_cost > old_cost * (1 + 1e-9) and not better:
-        reasons.append(f"costs {new_cost / old_cost - 1:+.1%} more than the baseline with no accuracy gain")
+        reasons.append(f"costs {new_cost / old_cost - 1:+.1%} more than the baseline and keeps no floor the baseline misses")
     if not reasons:
         reasons.append(f"every tier keeps its floor (or the baseline's accuracy); cost {new_cost / old_cost - 1:+.1%} vs the baseline")
         return True, reasons

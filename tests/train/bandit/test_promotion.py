@@ -31,9 +31,10 @@ def test_unsupported_estimates_are_never_promoted():
     assert not verdict({"a": tier(0.95, 0.1, unsupported=0.2)}, {"a": tier(0.85, 2.0)})[0]
 
 
-def test_dearer_without_gain_is_not_promoted():
-    promote, reasons = verdict({"a": tier(0.85, 3.0)}, {"a": tier(0.85, 2.0)})
-    assert not promote and "+50.0% more" in reasons[0]
+def test_dearer_is_promoted_only_when_it_keeps_a_floor_the_baseline_misses():
+    promote, reasons = verdict({"a": tier(0.9, 3.0)}, {"a": tier(0.85, 2.0)})  # more accurate, but above a kept floor
+    assert not promote and reasons == ["costs +50.0% more than the baseline and keeps no floor the baseline misses"]
+    assert verdict({"a": tier(0.82, 3.0)}, {"a": tier(0.78, 2.0)})[0]
 
 
 def test_overlap_warning_when_the_periods_intersect():
