@@ -126,9 +126,10 @@ class Support:
             problems.append(f"models never chosen with a label in the log (their accuracy comes from the head alone, "
                             f"not estimable): {self.unlabelled_models}")
         if self.unsupported_tau:
-            problems.append(f"requested tau ranges whose off-policy estimate lacks support (< {self.min_matched} labelled "
-                            f"rows where the new policy agrees with the logged choice, or > "
-                            f"{self.max_unsupported_share:.0%} of rows routed to unlabelled models): {self.unsupported_tau}")
+            problems.append(f"requested tau ranges whose off-policy estimate lacks support (fewer than {self.min_matched} "
+                            "labelled rows, or than half the rows, where the new policy agrees with the logged choice, or > "
+                            f"{self.max_unsupported_share:.0%} of rows routed to unlabelled models; they route at the "
+                            f"nearest supported operating point, or the top one): {self.unsupported_tau}")
         if self.explored_share == 0:
             problems.append("the log has no exploration (every propensity is 1.0): models and operating points the "
                             "logging router did not choose cannot be estimated; enable exploration: {rate: 0.02} on a tier")

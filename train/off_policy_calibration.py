@@ -21,10 +21,20 @@ from litellm_proteus.model import ProteusModel
 
 from .calibration import OperatingCurve, calibrate, policy_choices
 from .config import TrainConfig
-from .off_policy import BanditRows, Support, lower_bound, tau_intervals
+from .off_policy import BanditRows, Estimate, Support, lower_bound, tau_intervals
 
 MIN_MATCHED = 20  # labelled rows agreeing with the logged choice below which a point lacks support
+MIN_MATCHED_SHARE = 0.5  # ... or this share of rows: elsewhere DR rests on the head alone (no positivity)
 MAX_UNSUPPORTED_SHARE = 0.05  # share of rows routed to never-labelled slots above which it does too
+
+
+def supported(estimate: Estimate) -> bool:
+    """Whether the log can vouch for an operating point.  The logging router was (nearly)
+    deterministic, so where the new policy disagrees with it the logged propensity of the new choice
+    is ~0 and the DR term is the head's prediction alone: measured on a simulated RouterBench-partial
+    log, such points read 0.84-0.94 off-policy and 0.75-0.86 on the test split."""
+    return (estimate.n_matched >= MIN_MATCHED and estimate.n_matched >= MIN_MATCHED_SHARE * estimate.n_rows
+            and estimate.unsupported_share <= MAX_UNSUPPORTED_SHARE)
 
 
 @dataclass
@@ -32,7 +42,7 @@ class OffPolicyCalibration:
     calibration: TauCalibration
     declared: tuple[float, float]
     curve: OperatingCurve  # accuracy = DR point estimate
-    lower: np.ndarray  # the lower bounds the table was built on
+    lower: np.ndarray  # the lower bounds the table was built on (-inf: unsupported point)
     estimates: list[dict]
     support: Support
 
@@ -62,12 +72,14 @@ def off_policy_calibration(
         points.append(est.dr)
         lower.append(lower_bound(terms, config.calibration_z))
         costs.append(float(costs_usd[index, choice].mean()))
-    lower_arr, cost_arr = np.asarray(lower), np.asarray(costs)
+    ok = np.array([supported(e) for e in estimates])
+    # an operating point the log cannot vouch for never meets a tau (the table skips it; with none
+    # supported every tau maps to the top operating point)
+    lower_arr, cost_arr = np.where(ok, np.asarray(lower), -np.inf), np.asarray(costs)
     frontier_costs = cost_arr if config.mix_operating_points else None
     calibration, declared = calibrate(policy_taus, lower_arr, config.calibration_margin, config.calibration_step,
                                       frontier_costs)
-    bad_point = {float(t): e.n_matched < MIN_MATCHED or e.unsupported_share > MAX_UNSUPPORTED_SHARE
-                 for t, e in zip(policy_taus, estimates)}
+    bad_point = {float(t): not good for t, good in zip(policy_taus, ok)}
     bad_requested = [bad_point.get(float(t), True) for t in calibration.policy_tau]
     support = Support(
         unlabelled_models=[m for m, ok in zip(models, rows.labelled_slots) if not ok],

@@ -8,7 +8,7 @@ doubly robust accuracy with its 95 % CI, SNIPS, the rows backing it, and the mea
 (known exactly: every candidate's cost is logged).
 
 Verdict: **promote** when, on every tier, NEW's estimate is supported (at least ``MIN_MATCHED``
-labelled rows agree with the logged choice, at most ``MAX_UNSUPPORTED_SHARE`` of rows go to a slot
+labelled rows, and half the rows, agree with the logged choice, at most ``MAX_UNSUPPORTED_SHARE`` of rows go to a slot
 the log never labelled), its accuracy is at least min(tier tau, OLD's accuracy) -- it keeps the
 floor, or loses nothing where OLD did not keep it either -- and its total cost is no higher than
 OLD's, unless it keeps a floor OLD misses (accuracy above a floor OLD already keeps is worth nothing
@@ -29,7 +29,7 @@ from litellm_proteus.predictor import mixing_draw
 
 from ..data import load_logs
 from ..off_policy import BanditRows
-from ..off_policy_calibration import MAX_UNSUPPORTED_SHARE, MIN_MATCHED
+from ..off_policy_calibration import MAX_UNSUPPORTED_SHARE, MIN_MATCHED, MIN_MATCHED_SHARE
 from ..routing import route_log
 from .inputs import make_encoder
 
@@ -65,10 +65,11 @@ def verdict(new: dict, old: dict) -> tuple[bool, list[str]]:
     better = False
     for tier, n in new.items():
         o = old[tier]
-        if n["n_matched"] < MIN_MATCHED or n["unsupported_share"] > MAX_UNSUPPORTED_SHARE:
-            reasons.append(f"tier {tier!r}: the log cannot estimate the new artifact ({n['n_matched']} labelled rows agree "
-                           f"with the logged choice, need {MIN_MATCHED}; {n['unsupported_share']:.1%} of rows go to models "
-                           "the log never labelled): collect more feedback or explore")
+        need = max(MIN_MATCHED, MIN_MATCHED_SHARE * n["n_rows"])  # the same rule as off_policy_calibration.supported
+        if n["n_matched"] < need or n["unsupported_share"] > MAX_UNSUPPORTED_SHARE:
+            reasons.append(f"tier {tier!r}: the log cannot estimate the new artifact ({n['n_matched']} of {n['n_rows']} labelled "
+                           f"rows agree with the logged choice, need {need:g}; {n['unsupported_share']:.1%} of rows go to "
+                           f"models the log never labelled, at most {MAX_UNSUPPORTED_SHARE:.0%}): collect more feedback or explore")
             continue
         floor = min(n["tau"], o["dr"] if o["dr"] is not None else n["tau"])
         if n["dr"] < floor:

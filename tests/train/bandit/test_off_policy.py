@@ -68,3 +68,14 @@ def test_weighted_masked_bce_reduces_to_the_plain_loss_and_follows_the_weights()
     heavy_first = masked_bce(logits, targets, torch.tensor([100.0, 1, 1, 1, 1, 1]))
     first_row = masked_bce(logits[:1], targets[:1])
     assert abs(float(heavy_first - first_row)) < abs(float(plain - first_row))
+
+
+def test_an_operating_point_needs_half_the_rows_agreeing_with_the_log():
+    from proteus_train.off_policy import Estimate
+    from proteus_train.off_policy_calibration import supported
+
+    def est(matched, unsupported=0.0, n=100):
+        return Estimate(0.9, 0.85, 0.95, 0.9, n, matched, unsupported)
+
+    assert supported(est(50)) and supported(est(20, n=40))
+    assert not supported(est(49)) and not supported(est(19, n=30)) and not supported(est(80, unsupported=0.06))

@@ -27,7 +27,8 @@ def test_below_the_floor_where_the_baseline_also_misses_it_only_needs_the_baseli
 
 def test_unsupported_estimates_are_never_promoted():
     promote, reasons = verdict({"a": tier(0.95, 0.1, matched=3)}, {"a": tier(0.85, 2.0)})
-    assert not promote and "cannot estimate" in reasons[0] and "3 labelled rows" in reasons[0]
+    assert not promote and "cannot estimate" in reasons[0] and "3 of 100 labelled rows" in reasons[0]
+    assert not verdict({"a": tier(0.95, 0.1, matched=40)}, {"a": tier(0.85, 2.0)})[0]  # 40 rows, but < half
     assert not verdict({"a": tier(0.95, 0.1, unsupported=0.2)}, {"a": tier(0.85, 2.0)})[0]
 
 
