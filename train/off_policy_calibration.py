@@ -32,7 +32,8 @@ def supported(estimate: Estimate) -> bool:
     """Whether the log can vouch for an operating point.  The logging router was (nearly)
     deterministic, so where the new policy disagrees with it the logged propensity of the new choice
     is ~0 and the DR term is the head's prediction alone: measured on a simulated RouterBench-partial
-    log, such points read 0.84-0.94 off-policy and 0.75-0.86 on the test split."""
+    log, such points read up to 0.94 off-policy and at most 0.856 on the test split
+    (docs/learn-from-traffic.md)."""
     return (estimate.n_matched >= MIN_MATCHED and estimate.n_matched >= MIN_MATCHED_SHARE * estimate.n_rows
             and estimate.unsupported_share <= MAX_UNSUPPORTED_SHARE)
 
