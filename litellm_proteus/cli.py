@@ -1,4 +1,4 @@
-"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench | feedback | compliance | calibrate-p | replay`` (``proteus SUB --help``).
+"""The ``proteus`` command: ``proteus train | eval | distill-static | tiers | bench | feedback | compliance | calibrate-p | replay | simulate-log | judge`` (``proteus SUB --help``).
 
 Each sub-command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``;
 modules are imported lazily, so ``proteus tiers`` never loads torch or the training code.  Bad
@@ -18,6 +18,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("proteus_train.evaluation.cli", "evaluate an artifact against every baseline and the hindsight limit"),
     "distill-static": ("proteus_train.distill", "distil a transformer encoder into a static token table (sub-millisecond routing)"),
     "tiers": ("litellm_proteus.tiers", "manage per-API-key SLA tiers in Redis"),
+    "simulate-log": ("proteus_train.simulate_log", "simulate a production decision log from a full-information routing log"),
+    "judge": ("proteus_train.judge", "score a sample of logged responses with an LLM judge (feedback records)"),
     "bench": ("proteus_train.bench.cli", "measure routing latency, throughput, proxy overhead and memory"),
     "feedback": ("litellm_proteus.feedback_cli", "send an outcome score in [0, 1] for one routed request"),
     "compliance": ("proteus_train.compliance_report", "per-tier compliance report (and figure) from a decision log"),

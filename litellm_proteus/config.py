@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .compliance import ComplianceSettings
+from .exploration import ExplorationSettings
 
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
@@ -175,6 +176,8 @@ class ProteusConfig(BaseModel):
     )
     log_decisions: bool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
+    exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,
+                                             description="safe exploration (litellm_proteus/exploration.py); off by default")
     allow_direct_deployments: bool = Field(
         False,
         description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
@@ -215,6 +218,9 @@ class ProteusConfig(BaseModel):
             raise ValueError(f"allow_raise names unknown tiers {unknown}; allowed: {allowed}")
         if self.decision_log is not None and self.decision_log.redis_stream and self.redis is None:
             raise ValueError("decision_log.redis_stream needs routing_strategy_args.redis (where the stream lives)")
+        unknown = sorted(set(self.exploration.tiers) - set(self.tiers))
+        if unknown:
+            raise ValueError(f"exploration.tiers names unknown tiers {unknown}; allowed: {allowed}")
         return self
 
     def may_raise(self, tier: str) -> bool:

@@ -28,6 +28,7 @@ from typing import Any
 
 from .config import ProteusConfig
 from .costs import DeploymentMappingError, Prices, deployment_id, deployment_prices, model_name_variants
+from .exploration import explore_decision
 from .predictor import Candidate, Decision
 from .request import TierChoice
 
@@ -106,6 +107,7 @@ class DecisionRequest:
     tau: float
     candidates: Sequence[ScoredDeployment]
     delta: float = 0.0  # compliance controller's offset: route at calibrated(tau + delta)
+    exploration_rate: float = 0.0  # litellm_proteus.exploration; 0 = the policy's choice
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class Routed:
     prompt_tokens: int
     cost_usd: float  # estimated cost of this request on the chosen deployment
     costs_usd: tuple[float, ...]  # per candidate, in the order given
+    propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
 
 
 def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
@@ -204,7 +207,9 @@ class DecisionEngine:
         decisions = self.predictor.decide(
             [r.text for r in requests], [r.tau for r in requests], candidates, [r.delta for r in requests]
         )
+        explored = [explore_decision(d, r.exploration_rate, [c.slot for c in r.candidates], self.manifest.models)
+                    for d, r in zip(decisions, requests)]
         return [
-            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands))
-            for d, n, cands in zip(decisions, tokens, candidates)
+            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity)
+            for (d, propensity), n, cands in zip(explored, tokens, candidates)
         ]

@@ -66,6 +66,30 @@ class OperatingCurve:
 
 
 @torch.no_grad()
+def policy_choices(
+    model: ProteusModel,
+    emb: torch.Tensor,
+    costs_usd: np.ndarray,
+    normalizer: CostNormalizer,
+    policy_taus: np.ndarray,
+    tau_range: tuple[float, float],
+    p: torch.Tensor | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Slot chosen by deterministic routing (lambda = 1) per policy tau and row ([T, N]), and the
+    mean mu per policy tau ([T]).  ``p`` overrides the performance head (out-of-fold predictions)."""
+    lo, hi = tau_range
+    device = next(model.parameters()).device
+    z = model.embed(emb.to(device))
+    p = torch.sigmoid(model.performance_logits(z)) if p is None else p.to(device)
+    cost = torch.as_tensor(normalizer.normalize(costs_usd), device=device)
+    choices, mus = [], []
+    for tau in policy_taus:
+        mu = model.policy(z, (tau - lo) / (hi - lo), INFERENCE_LAMBDA).mean
+        choices.append(model.scores(p, mu, cost).argmax(-1).cpu().numpy())
+        mus.append(float(mu.mean()))
+    return np.stack(choices) if choices else np.zeros((0, len(emb)), dtype=np.int64), np.asarray(mus)
+
+
 def accuracy_curve(
     model: ProteusModel,
     emb: torch.Tensor,
@@ -79,21 +103,12 @@ def accuracy_curve(
     """Accuracy, mean mu and mean cost of deterministic routing (lambda = 1) at each policy tau.
 
     ``p`` overrides the performance head (out-of-fold predictions for training rows)."""
-    lo, hi = tau_range
     observed = np.nan_to_num(scores, nan=0.0)
-    device = next(model.parameters()).device
-    z = model.embed(emb.to(device))
-    p = torch.sigmoid(model.performance_logits(z)) if p is None else p.to(device)
-    cost = torch.as_tensor(normalizer.normalize(costs_usd), device=device)
     rows = np.arange(len(observed))
-    accs, mus, costs = [], [], []
-    for tau in policy_taus:
-        mu = model.policy(z, (tau - lo) / (hi - lo), INFERENCE_LAMBDA).mean
-        choice = model.scores(p, mu, cost).argmax(-1).cpu().numpy()
-        accs.append(observed[rows, choice].mean())
-        mus.append(float(mu.mean()))
-        costs.append(costs_usd[rows, choice].mean())
-    return OperatingCurve(np.asarray(accs), np.asarray(mus), np.asarray(costs))
+    choices, mus = policy_choices(model, emb, costs_usd, normalizer, policy_taus, tau_range, p)
+    accs = [observed[rows, choice].mean() for choice in choices]
+    costs = [costs_usd[rows, choice].mean() for choice in choices]
+    return OperatingCurve(np.asarray(accs), mus, np.asarray(costs))
 
 
 def cost_frontier(costs: np.ndarray, accuracies: np.ndarray) -> list[int]:

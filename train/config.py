@@ -133,6 +133,16 @@ class TrainConfig:
     calibration_clusters: int = option(
         8, "k-means clusters of the embedding for the cluster-ladder operating points; 0 = none"
     )
+    # -- learning from a decision log (bandit feedback) ---------------------------------------
+    init: str | None = option(
+        None, "warm start from this artifact directory (its encoder, slots, weights and tau training range)"
+    )
+    propensity_weighting: str = option(
+        "none",
+        "decision logs: none (measured better: held-out BCE 0.563 vs 0.619 on a simulated RouterBench-partial "
+        "log, docs/learn-from-traffic.md) or ips (loss weighted by min(1/propensity, propensity_clip), self-normalised)",
+    )
+    propensity_clip: float = option(20.0, "largest inverse-propensity weight with --propensity-weighting ips")
     log_every: int = option(500, "PPO batches between training log lines")
     progress: bool = option(True, "--quiet: no progress bars", flag="--quiet")
 
@@ -153,6 +163,8 @@ class TrainConfig:
                     problems.append(f"{flag} must be a number {'> 0' if positive else '>= 0'}; got {value}")
         if self.truncation not in TRUNCATIONS:
             problems.append(f"--truncation must be one of {list(TRUNCATIONS)}; got {self.truncation!r}")
+        if self.propensity_weighting not in PROPENSITY_WEIGHTINGS:
+            problems.append(f"--propensity-weighting must be one of {list(PROPENSITY_WEIGHTINGS)}; got {self.propensity_weighting!r}")
         if self.cost_space not in COST_SPACES:
             problems.append(f"--cost-space must be one of {list(COST_SPACES)}; got {self.cost_space!r}")
         if problems:
@@ -160,7 +172,10 @@ class TrainConfig:
 
 
 _INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0, "calibration_clusters": 0}
+PROPENSITY_WEIGHTINGS = ("ips", "none")
+
+_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0}
 
 
 _FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",
-                   "lambda_max", "tau_below_best", "calibration_step", "fixed_gamma"}
+                   "lambda_max", "tau_below_best", "calibration_step", "fixed_gamma", "propensity_clip"}

@@ -25,10 +25,19 @@ def fit_early_stopping(
     batch_size: int,
     patience: int,
     generator: torch.Generator,
+    weights: torch.Tensor | None = None,
+    weights_val: torch.Tensor | None = None,
 ) -> float:
     """Minibatch AdamW on ``loss_fn(forward(x), y)`` with early stopping on the validation loss;
     ``module`` ends with the weights of the best epoch.  Returns that validation loss (with an empty
-    validation set, the last training batch's loss stands in)."""
+    validation set, the last training batch's loss stands in).
+
+    ``weights`` / ``weights_val``: per-row weights passed on as ``loss_fn(pred, y, w)`` (e.g. inverse
+    propensities); without them ``loss_fn`` is called with two arguments."""
+
+    def loss_of(pred: torch.Tensor, target: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+        return loss_fn(pred, target) if w is None else loss_fn(pred, target, w)  # type: ignore[call-arg]
+
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     best, best_state, stale = math.inf, None, 0
     for _epoch in range(epochs):
@@ -36,13 +45,13 @@ def fit_early_stopping(
         order = torch.randperm(len(x), generator=generator).to(x.device)  # the CPU generator keeps runs seeded alike
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            loss = loss_fn(forward(x[idx]), y[idx])
+            loss = loss_of(forward(x[idx]), y[idx], None if weights is None else weights[idx])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         module.eval()
         with torch.no_grad():
-            val_loss = float(loss_fn(forward(x_val), y_val)) if len(x_val) else float(loss)
+            val_loss = float(loss_of(forward(x_val), y_val, weights_val)) if len(x_val) else float(loss)
         if val_loss < best - 1e-5:
             best, stale = val_loss, 0
             best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}

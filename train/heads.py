@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -61,10 +62,30 @@ def fit_boosts(
         return max(fitted, plain)
 
 
-def masked_bce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """BCE over observed cells only (NaN target = not observed)."""
+def masked_bce(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """BCE over observed cells only (NaN target = not observed).
+
+    ``weights`` ([N] per row): the weighted mean sum(w * bce) / sum(w) over observed cells --
+    self-normalised, so the loss scale does not depend on the propensities' scale."""
     observed = torch.isfinite(targets)
-    return F.binary_cross_entropy_with_logits(logits[observed], targets[observed])
+    if weights is None:
+        return F.binary_cross_entropy_with_logits(logits[observed], targets[observed])
+    cell_weights = weights[:, None].expand_as(targets)[observed]
+    losses = F.binary_cross_entropy_with_logits(logits[observed], targets[observed], reduction="none")
+    return (cell_weights * losses).sum() / cell_weights.sum().clamp_min(1e-12)
+
+
+def ips_weights(propensity: "np.ndarray | None", clip: float) -> torch.Tensor | None:
+    """Per-row inverse-propensity weights min(1 / propensity, clip) for bandit rows, 1 for
+    full-information rows (NaN propensity); None when no row has a propensity below 1 (then the
+    loss is the plain masked BCE, bit for bit)."""
+    if propensity is None:
+        return None
+    prop = np.asarray(propensity, dtype=np.float64)
+    if not (np.isfinite(prop) & (prop < 1)).any():
+        return None
+    weights = np.where(np.isfinite(prop), np.minimum(1.0 / np.clip(prop, 1e-12, 1.0), clip), 1.0)
+    return torch.as_tensor(weights, dtype=torch.float32)
 
 
 def fit_performance_head(
@@ -75,8 +96,12 @@ def fit_performance_head(
     y_val: torch.Tensor,
     config: TrainConfig,
     generator: torch.Generator,
+    weights: torch.Tensor | None = None,
+    weights_val: torch.Tensor | None = None,
 ) -> float:
-    """Train projection + performance head; keep the weights with the best validation loss."""
+    """Train projection + performance head; keep the weights with the best validation loss.
+
+    ``weights`` / ``weights_val``: per-row loss weights (``ips_weights``), None = unweighted."""
     return fit_early_stopping(
         model,
         lambda emb: model.performance_logits(model.embed(emb)),
@@ -92,24 +117,40 @@ def fit_performance_head(
         batch_size=config.perf_batch_size,
         patience=config.perf_patience,
         generator=generator,
+        weights=weights,
+        weights_val=weights_val,
     )
 
 
 def out_of_fold_predictions(
-    model_config: ModelConfig, emb: torch.Tensor, y: torch.Tensor, config: TrainConfig, generator: torch.Generator
+    model_config: ModelConfig, emb: torch.Tensor, y: torch.Tensor, config: TrainConfig, generator: torch.Generator,
+    weights: torch.Tensor | None = None, init: dict[str, torch.Tensor] | None = None,
+    groups: np.ndarray | None = None,
 ) -> torch.Tensor:
-    """p_i(x) for each train row from a head that never saw that row (k-fold cross-fitting)."""
+    """p_i(x) for each train row from a head that never saw that row (k-fold cross-fitting).
+
+    ``groups`` ([N] ids, e.g. one per distinct prompt): rows of a group share a fold, so a prompt
+    repeated in the traffic is never predicted by a head that trained on its repeat."""
     n = len(emb)
-    folds = (torch.randperm(n, generator=generator) % config.oof_folds).to(emb.device)
+    if groups is None:
+        folds = torch.randperm(n, generator=generator) % config.oof_folds
+    else:
+        _, group_index = np.unique(np.asarray(groups), return_inverse=True)
+        group_fold = torch.randperm(int(group_index.max()) + 1, generator=generator) % config.oof_folds
+        folds = group_fold[torch.as_tensor(group_index)]
+    folds = folds.to(emb.device)
     oof = torch.zeros_like(y)
     for fold in range(config.oof_folds):
         held = folds == fold
         fold_model = ProteusModel(model_config).to(emb.device)
+        if init is not None:  # --init: every fold starts from the initial artifact, like the main head
+            fold_model.load_state_dict(init)  # load_state_dict copies onto the fold model's device
         # the fold's own early-stopping split comes from its training part
         fit_idx = torch.nonzero(~held).squeeze(-1)
         stop = fit_idx[torch.randperm(len(fit_idx), generator=generator).to(emb.device)[: max(len(fit_idx) // 8, 1)]]
         keep = fit_idx[~torch.isin(fit_idx, stop)]
-        fit_performance_head(fold_model, emb[keep], y[keep], emb[stop], y[stop], config, generator)
+        pick = (lambda rows: None) if weights is None else (lambda rows: weights[rows])  # noqa: E731
+        fit_performance_head(fold_model, emb[keep], y[keep], emb[stop], y[stop], config, generator, pick(keep), pick(stop))
         with torch.no_grad():
             oof[held] = torch.sigmoid(fold_model.performance_logits(fold_model.embed(emb[held])))
     return oof

@@ -37,6 +37,7 @@ import math
 import os
 import time
 from dataclasses import asdict
+from dataclasses import replace as replace_config
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,8 @@ import torch
 from torch import nn
 
 from litellm_proteus import __version__
-from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, save_artifact
+from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, load_artifact, read_manifest, save_artifact
+from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.encoder import Encoder, open_encoder, resolve_device
 from litellm_proteus.model import ModelConfig, ProteusModel
 from litellm_proteus.operating_points import POLICY
@@ -66,8 +68,10 @@ from .config import TrainConfig
 from .data import read_price_file
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
+from .heads import fit_boosts, fit_performance_head, ips_weights, masked_bce, out_of_fold_predictions
+from .off_policy import BanditRows
+from .off_policy_calibration import off_policy_calibration
 from .p_calibration import fit_p_calibration
-from .heads import fit_boosts, fit_performance_head, masked_bce, out_of_fold_predictions
 from .ppo import train_policy
 from .routing import fill_missing_costs
 
@@ -84,7 +88,10 @@ def load_training_data(config: TrainConfig) -> RoutingLog:
         seed=config.seed,
         skip_contaminated=config.skip_contaminated,
     )
-    return assign_splits(data, seed=config.seed)
+    if config.init:  # the initial artifact's slots, in its head order
+        data = data.with_models(read_manifest(config.init).models)
+    # a decision log brings its own time split (train, then val); it has no test part
+    return assign_splits(data, seed=config.seed, ratios=BANDIT_RATIOS if data.bandit else (0.7, 0.15, 0.15))
 
 
 def set_determinism(seed: int) -> None:
@@ -105,6 +112,7 @@ def make_encoder(config: TrainConfig, name: str | None = None) -> Encoder:
     )
 
 
+BANDIT_RATIOS = (0.85, 0.15, 0.0)
 BUNDLED_ENCODER_DIR = "encoder"  # a fine-tuned or static encoder travels inside the artifact
 
 
@@ -228,9 +236,17 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     data = load_training_data(config)
     parts = {name: np.flatnonzero(data.split == name) for name in ("train", "val", "test")}
     static_dir = None
-    if config.static_encoder and not config.finetune_encoder:  # fine-tuning trains the transformer itself
+    init_model, init_manifest = load_artifact(config.init) if config.init else (None, None)
+    if init_manifest is not None:  # the initial artifact's encoder, exactly
+        config = replace_config(config, max_tokens=init_manifest.encoder.max_tokens,
+                                truncation=init_manifest.encoder.truncation, finetune_encoder=False)
+        encoder = make_encoder(config, init_manifest.encoder.resolve(config.init))
+        if init_manifest.encoder.bundled:
+            static_dir = Path(init_manifest.encoder.resolve(config.init))
+    elif config.static_encoder and not config.finetune_encoder:  # fine-tuning trains the transformer itself
         static_dir = cached_static_encoder(config.encoder, config.cache_dir, device=config.device, progress=config.progress)
-    encoder = make_encoder(config, str(static_dir) if static_dir else None)
+    if init_manifest is None:
+        encoder = make_encoder(config, str(static_dir) if static_dir else None)
     if config.finetune_encoder:
         finetune_encoder(encoder, data, parts["train"], config, generator)
     embeddings = encoder.encode(data.prompts, progress=config.progress)
@@ -248,7 +264,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     y = torch.as_tensor(data.scores, dtype=torch.float32, device=device)
     costs = fill_missing_costs(data.costs)
 
-    model_config = ModelConfig(
+    model_config = init_manifest.architecture if init_manifest is not None else ModelConfig(
         embed_dim=encoder.embed_dim,
         n_models=len(data.models),
         hidden_dim=config.hidden_dim,
@@ -256,11 +272,22 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         fixed_gamma=config.fixed_gamma,
         selection_temperature=config.selection_temperature,
     )
-    model = ProteusModel(model_config).to(device)
+    model = ProteusModel(model_config)
+    init_state = None
+    if init_model is not None:
+        init_state = {k: v.detach().clone() for k, v in init_model.state_dict().items()}
+        model.load_state_dict(init_state)
+    model.to(device)
+    weights = ips_weights(data.propensity, config.propensity_clip) if config.propensity_weighting == "ips" else None
+    weights = None if weights is None else weights.to(device)
+    w_train, w_val = (None, None) if weights is None else (weights[train_idx], weights[val_idx])
 
     t0 = time.perf_counter()
-    val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator)
-    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator)
+    val_bce = fit_performance_head(model, emb_t[train_idx], y[train_idx], emb_t[val_idx], y[val_idx], config, generator,
+                                   w_train, w_val)
+    groups = np.asarray([data.prompts[i] for i in train_idx], dtype=object) if data.bandit else None  # repeats
+    p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator, w_train, init_state,
+                                    groups)
     timings["performance_head_s"] = time.perf_counter() - t0
     train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32, device=device)
     quality_accuracy = fit_boosts(model, p_oof, torch.where(torch.isfinite(train_scores), train_scores, p_oof), config)
@@ -268,14 +295,20 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     log.info("performance head: validation BCE %.4f", val_bce)
     with torch.no_grad():
         val_p = torch.sigmoid(model.performance_logits(model.embed(emb_t[val_idx]))).cpu().numpy()
-    tau_range = tuple(config.tau_range) if config.tau_range else derive_tau_range(
-        data.scores[val_idx], val_p, config.tau_below_best
-    )
+    # bandit rows: the head's prediction stands in for every unlabelled slot (direct method)
+    val_scores = np.where(np.isfinite(data.scores[val_idx]), data.scores[val_idx], val_p) if data.bandit \
+        else data.scores[val_idx]
+    if config.tau_range:
+        tau_range = tuple(config.tau_range)
+    elif init_manifest is not None:  # the initial policy's tau_norm is defined on its training range
+        tau_range = tuple(init_manifest.tau_train_range)
+    else:
+        tau_range = derive_tau_range(val_scores, val_p, config.tau_below_best)
     log.info("tau training range [%.4f, %.4f]", *tau_range)
     # Calibrated p (what decisions report and the compliance controller steers by): validation and
     # out-of-fold training rows, the same rows the tau table is calibrated on.
     p_calibration = fit_p_calibration(
-        np.concatenate([val_p, p_oof.numpy()]),
+        np.concatenate([val_p, p_oof.cpu().numpy()]),
         np.concatenate([data.scores[val_idx], data.scores[train_idx]]),
         fitted_on="validation+out-of-fold",
         seed=config.seed,
@@ -283,7 +316,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
 
     t0 = time.perf_counter()
     normalizer, history, lambdas = train_policy(
-        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng
+        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng,
+        None if init_manifest is None else CostNormalizer.from_dict(init_manifest.cost_normalization),
     )
     timings["ppo_s"] = time.perf_counter() - t0
 
@@ -310,17 +344,29 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     # confidence when it covers both estimates' noise, z * sqrt(t (1 - t) (1/n_cal + 1/n_val))
     # (z = 1.28, t = best single model's validation accuracy), never below calibration_margin.
     # Measured: with 0.005 the MMLU artifact missed 7 of 11 test taus by 0.1-0.8 pp.
-    level = best_single_accuracy(data.scores[val_idx])
+    level = best_single_accuracy(val_scores)
     spread = math.sqrt(level * (1 - level) * (1 / (n_val + n_oof) + 1 / n_val))
     margin = max(config.calibration_margin, config.calibration_z * spread)
+    off_policy = None
     extra: list[CandidatePoint] = []
     centroids = None
-    if config.calibrate and config.operating_point_rules:
-        extra, centroids = operating_point_candidates(
-            model, emb_t, embeddings, data.scores, costs, train_idx, val_idx, p_oof, val_p, normalizer, policy_taus,
-            tau_range, config,
+    if config.calibrate and data.bandit:
+        calib_idx = np.concatenate([val_idx, train_idx])
+        off_policy = off_policy_calibration(
+            model, emb_t[calib_idx], torch.cat([torch.as_tensor(val_p, device=device), p_oof]),
+            BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
+                       clip=config.propensity_clip),
+            costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config,
         )
-    if config.calibrate:
+        calibration, declared = off_policy.calibration, off_policy.declared
+        calibration_acc, pooled = off_policy.lower, off_policy.curve
+        off_policy.support.warn()
+    elif config.calibrate:
+        if config.operating_point_rules:
+            extra, centroids = operating_point_candidates(
+                model, emb_t, embeddings, data.scores, costs, train_idx, val_idx, p_oof, val_p, normalizer, policy_taus,
+                tau_range, config,
+            )
         frontier_costs = pooled.cost_usd if (config.mix_operating_points or extra) else None
         calibration, declared = calibrate(
             policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs, extra,
@@ -333,9 +379,15 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
 
     train_config = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
     bundled = config.finetune_encoder or static_dir is not None
+    bandit_record = {} if not data.bandit else {
+        "provenance": data.provenance,
+        "off_policy": None if off_policy is None else off_policy.support.to_dict(),
+        "init": None if init_manifest is None else {"path": str(Path(config.init).resolve()),
+                                                    "weights_sha256": init_manifest.weights_sha256},
+    }
     manifest = Manifest(
         models=data.models,
-        encoder=EncoderSpec(
+        encoder=init_manifest.encoder.model_copy(update={"files_sha256": {}}) if init_manifest is not None else EncoderSpec(
             name=BUNDLED_ENCODER_DIR if bundled else config.encoder,
             bundled=bundled,
             static_from=config.encoder if static_dir else None,
@@ -370,11 +422,12 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
             split_seed=config.seed,
             prices=read_price_file(config.prices),
             skip_contaminated=config.skip_contaminated,
+            **bandit_record,
         ),
         metrics={
             "val_bce": round(val_bce, 5),
-            "val_best_single_accuracy": round(best_single_accuracy(data.scores[val_idx]), 4),
-            "val_oracle_accuracy": round(oracle_accuracy(data.scores[val_idx]), 4),
+            "val_best_single_accuracy": round(best_single_accuracy(val_scores), 4),
+            "val_oracle_accuracy": round(oracle_accuracy(val_scores), 4),
             "val_curve": {
                 "policy_tau": policy_taus.tolist(),
                 "accuracy": np.round(val_curve.accuracy, 4).tolist(),
@@ -389,6 +442,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
                  "cost_usd": float(f"{c.cost_usd:.6g}")}
                 for c in extra
             ],
+            **({} if off_policy is None else {"off_policy_curve": off_policy.estimates}),
         },
         package_version=__version__,
     )
@@ -397,6 +451,6 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         encoder.model.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
         encoder.tokenizer.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
     if static_dir is not None:
-        copy_static_encoder(static_dir, Path(out_dir) / BUNDLED_ENCODER_DIR)
+        copy_static_encoder(static_dir, Path(out_dir) / manifest.encoder.name)
     save_artifact(out_dir, model, manifest)
     return manifest

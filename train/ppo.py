@@ -151,9 +151,11 @@ def train_policy(
     tau_range: tuple[float, float],
     config: TrainConfig,
     rng: np.random.Generator,
+    normalizer: CostNormalizer | None = None,
 ) -> tuple[CostNormalizer, list[dict[str, float]], np.ndarray]:
     """PPO with session-based tau sampling and the Lagrangian dual, on the model's device.
 
+    ``normalizer``: start from these cost bounds (a warm-started artifact's) instead of none.
     Returns the cost normaliser, a thinned training log and the final dual variables per tau bin."""
     lo, hi = tau_range
     device = next(model.parameters()).device
@@ -176,7 +178,7 @@ def train_policy(
     )
     with torch.no_grad():
         z_all = model.embed(emb.to(device))
-    normalizer = CostNormalizer(space=config.cost_space)
+    normalizer = CostNormalizer(space=config.cost_space) if normalizer is None else normalizer
     p_oof = p_oof.to(device)
     scores_t = torch.as_tensor(scores, dtype=torch.float32, device=device)
     outcomes_all = torch.where(torch.isfinite(scores_t), scores_t, p_oof)

@@ -91,7 +91,7 @@ def log_routed(
             for c, cost, p_i in zip(scored, routed.costs_usd, p)
         ],
         chosen=decision.index,
-        propensity=float(getattr(decision, "propensity", 1.0)),
+        propensity=float(routed.propensity),
         prompt=request.text,
         artifact=strategy.engine.manifest.weights_sha256,
         log_prompt=strategy.config.decision_log.log_prompts,

@@ -284,7 +284,10 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         resolution = resolve_tau(self.config, request.tau, tier)
         control = self._control(resolution)
         routed = await self.batcher.submit(
-            DecisionRequest(request.text, request.messages, resolution.tau, scored, control.delta)
+            DecisionRequest(
+                request.text, request.messages, resolution.tau, scored, control.delta,
+                self.config.exploration.rate_for(resolution.tier),
+            )
         )
         decision = routed.decision
         self.compliance.record_decision(control.state_key, decision.tau_effective, decision.p[decision.index], max(decision.p))

@@ -273,3 +273,19 @@ def test_real_predictor_price_change_moves_the_decision_without_retraining(steer
     assert steerable_engine.decide([request(pricier_mixtral)])[0].decision.model == "mistralai/mistral-7b-chat"
     high = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.9, candidates_for(steerable_engine, list_prices))])
     assert high[0].decision.model == "gpt-4-1106-preview"
+
+
+def test_exploration_moves_only_to_candidates_at_least_as_accurate_and_records_the_propensity(steerable_engine):
+    prices = {"gpt-4-1106-preview": (1e-5, 3e-5), "mistralai/mixtral-8x7b-chat": (6e-7, 6e-7),
+              "mistralai/mistral-7b-chat": (2e-7, 2e-7)}
+    cands = candidates_for(steerable_engine, prices)
+    policy = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.7, cands)])[0]
+    assert policy.propensity == 1.0 and policy.decision.model == "mistralai/mixtral-8x7b-chat"  # off by default
+    explored = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.7, cands, 1.0)] * 64)
+    eligible = {i for i, p in enumerate(policy.decision.p) if p >= policy.decision.p[policy.decision.index]}
+    assert len(eligible) >= 2  # the test needs somewhere to explore
+    assert {r.decision.index for r in explored} <= eligible and len({r.decision.index for r in explored}) >= 2
+    assert all(r.propensity == pytest.approx(1 / len(eligible)) for r in explored)
+    for r in explored:
+        assert r.decision.slot == cands[r.decision.index].slot and r.decision.model == SLOTS[r.decision.slot]
+        assert r.cost_usd == r.costs_usd[r.decision.index]

@@ -27,7 +27,7 @@ from litellm_proteus.prompts import turns_text
 from .logs import RoutingLog
 
 SUFFIXES = (".pkl", ".pickle", ".csv", ".parquet", ".jsonl")
-FORMATS = ("routerbench", "sprout", "routellm")
+FORMATS = ("routerbench", "sprout", "routellm", "decision-log")
 CHARS_PER_TOKEN = 4
 # Split names accepted in a ``split`` column or a file name, and what they mean.
 SPLIT_ALIASES = {"train": "train", "val": "val", "validation": "val", "test": "test"}
@@ -286,6 +286,7 @@ def concat_logs(logs: Sequence[RoutingLog]) -> RoutingLog:
     any_task = any(lg.task is not None for lg in logs)
     any_out = any(lg.output_tokens is not None for lg in logs)
     methods = sorted({lg.split_method for lg in logs if lg.split_method})
+    bandit = any(lg.logged_choice is not None for lg in logs)  # full-information rows: NaN / -1
     return RoutingLog(
         prompts=[p for lg in logs for p in lg.prompts],
         scores=np.concatenate([cols(lg, lg.scores) for lg in logs]),
@@ -301,6 +302,13 @@ def concat_logs(logs: Sequence[RoutingLog]) -> RoutingLog:
         source="+".join(dict.fromkeys(lg.source for lg in logs if lg.source)),
         paths=sorted({p for lg in logs for p in lg.paths}),
         split_method="+".join(methods),
+        propensity=np.concatenate([np.full(len(lg), np.nan) if lg.propensity is None else lg.propensity
+                                   for lg in logs]) if bandit else None,
+        logged_choice=np.concatenate([np.full(len(lg), -1) if lg.logged_choice is None else lg.logged_choice
+                                      for lg in logs]) if bandit else None,
+        logged_tau=np.concatenate([np.full(len(lg), np.nan) if lg.logged_tau is None else lg.logged_tau
+                                   for lg in logs]) if bandit else None,
+        provenance={k: v for lg in logs for k, v in lg.provenance.items()},
     )
 
 

@@ -5,7 +5,8 @@ below them, recursively).  ``format="auto"`` recognises each file by its columns
 
 * ``routerbench`` -- a ``<model>|total_cost`` column (see ``routerbench``);
 * ``sprout``      -- ``<model>|score`` columns or struct columns with a ``score`` field (``sprout``);
-* ``routellm``    -- ``prompt`` plus True/False columns (``routellm``).
+* ``routellm``    -- ``prompt`` plus True/False columns (``routellm``);
+* ``decision-log`` -- the proxy's decision log: ``schema`` / ``type`` / ``call_id`` (``decision_log``).
 
 Files found in a directory that match no format (e.g. GSM8K's plain ``train.jsonl`` or MT-Bench's
 judgements beside the RouteLLM CSVs) are skipped with a warning; a file named explicitly must load.
@@ -21,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import routellm, routerbench, sprout
+from . import decision_log, routellm, routerbench, sprout
 from .common import (FORMATS, LoadOptions, RoutingLogWarning, Table, clean_log, concat_logs, files_sha256,
                      read_table, resolve_files)
 from .logs import RoutingLog
 from .prices import price_table
 
-LOADERS = {"routerbench": routerbench, "sprout": sprout, "routellm": routellm}  # detection order
+LOADERS = {"decision-log": decision_log, "routerbench": routerbench, "sprout": sprout, "routellm": routellm}  # detection order
 
 
 def detect_format(frame) -> str | None:
@@ -41,7 +42,7 @@ def _unknown(path: Path, frame) -> ValueError:
     return ValueError(
         f"{path}: cannot tell the routing-log format from its columns {[str(c) for c in frame.columns][:12]}; "
         "expected RouterBench wide ('<model>' + '<model>|total_cost'), SPROUT ('<model>' structs with 'score' or "
-        "'<model>|score') or RouteLLM ('prompt' + one True/False column per model); pass format= one of "
+        "'<model>|score'), RouteLLM ('prompt' + one True/False column per model) or a decision log ('schema', 'type', 'call_id'); pass format= one of "
         f"auto, {', '.join(FORMATS)}"
     )
 

@@ -25,6 +25,11 @@ class RoutingLog:
     output_tokens: optional [N, K] output token counts (to estimate costs from live prices).
     input_tokens:  optional [N] prompt token counts.
     source / paths / sha256: provenance, recorded in the artifact manifest.
+    propensity:    optional [N] probability with which the logging router chose ``logged_choice``
+                   (bandit feedback from a decision log; NaN = a full-information row).
+    logged_choice: optional [N] slot index the logging router chose (-1 = full-information row).
+    logged_tau:    optional [N] tau the logging router routed at (tau_effective; NaN = unknown).
+    provenance:    optional facts about the source recorded in the manifest (log dates, counts).
     """
 
     prompts: list[str]
@@ -40,6 +45,10 @@ class RoutingLog:
     paths: list[str] = field(default_factory=list)
     sha256: str = ""
     split_method: str = ""
+    propensity: np.ndarray | None = None
+    logged_choice: np.ndarray | None = None
+    logged_tau: np.ndarray | None = None
+    provenance: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n, k = len(self.prompts), len(self.models)
@@ -54,6 +63,9 @@ class RoutingLog:
             raise ValueError("scores must lie in [0, 1] (NaN = not observed)")
         if len(set(self.models)) != k:
             raise ValueError(f"models must be unique; got {self.models}")
+        for name in ("propensity", "logged_choice", "logged_tau"):
+            if getattr(self, name) is not None and len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} rows, expected {n}")
         if self.split is not None:
             self.split = np.asarray(self.split, dtype=object)
             bad = sorted(set(self.split.tolist()) - set(SPLITS))
@@ -79,7 +91,30 @@ class RoutingLog:
             sample_ids=pick(self.sample_ids),
             output_tokens=arr(self.output_tokens),
             input_tokens=arr(self.input_tokens),
+            propensity=arr(self.propensity),
+            logged_choice=arr(self.logged_choice),
+            logged_tau=arr(self.logged_tau),
         )
+
+    @property
+    def bandit(self) -> bool:
+        """Some rows hold bandit feedback (one logged choice with a propensity)."""
+        return self.logged_choice is not None and bool((self.logged_choice >= 0).any())
+
+    def with_models(self, models: Sequence[str]) -> "RoutingLog":
+        """The same rows with columns in ``models`` order; models the log lacks become NaN columns
+        (never observed, unknown cost).  Every model of the log must be in ``models``."""
+        extra = [m for m in self.models if m not in models]
+        if extra:
+            raise ValueError(f"models {extra} of the log are not among {list(models)}")
+        cols = lambda a: None if a is None else np.column_stack([  # noqa: E731
+            a[:, self.models.index(m)] if m in self.models else np.full(len(self), np.nan) for m in models])
+        choice = None
+        if self.logged_choice is not None:
+            remap = np.array([list(models).index(m) for m in self.models] + [-1])
+            choice = remap[self.logged_choice]  # -1 stays -1 (full-information rows)
+        return replace(self, scores=cols(self.scores), costs=cols(self.costs), models=list(models),
+                       output_tokens=cols(self.output_tokens), logged_choice=choice)
 
     def part(self, name: str) -> "RoutingLog":
         if self.split is None:

@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch CPU threads (default: 1: the routers' small matrix products gain nothing from more, "
                              "and on a shared machine extra threads make latency and run time erratic)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--log", metavar="DIR", help="decision log: judge --artifact against --baseline-artifact "
+                        "off-policy on it and print a promote / don't-promote verdict (promotion.md/json in --out)")
+    parser.add_argument("--baseline-artifact", metavar="DIR", help="with --log: the artifact in production (default: bundled)")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -99,6 +102,16 @@ def command_line(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    if args.baseline_artifact and not args.log:
+        raise SystemExit("--baseline-artifact needs --log DIR (the decision log to judge both artifacts on)")
+    if args.log:
+        from .promotion import promotion_report, render, write
+
+        report = promotion_report(args.artifact, args.baseline_artifact or str(DEFAULT_ARTIFACT_DIR), args.log,
+                                  args.cache_dir or None, args.device)
+        write(report, args.out)
+        print(render(report))
+        return 0
     from litellm_proteus.artifact import load_artifact
 
     from .evaluate import EvalConfig, ProteusRouter, evaluate

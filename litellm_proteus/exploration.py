@@ -1,0 +1,82 @@
+"""Safe exploration: on a small share of requests, route to another candidate that is predicted at
+least as accurate as the policy's choice, and record the probability of what was chosen.
+
+Distribution (per request, given the candidates' calibrated p and the policy's choice ``c``):
+
+* the eligible set is ``E = {j : p_j >= p_c}`` (always holds ``c``): exploration never lowers the
+  predicted accuracy below what the decision for tau accepted, it only spends more;
+* with probability ``rate`` the choice is drawn uniformly from ``E``, otherwise it is ``c``;
+* so ``P(c) = 1 - rate + rate / |E|`` and ``P(j) = rate / |E|`` for every other ``j`` in ``E``; the
+  chosen candidate's probability is its *propensity* (1.0 when ``|E| = 1`` or ``rate = 0``), which the
+  decision log records so that training and evaluation can weight the logged outcome by 1 / propensity.
+
+The draw is a number in [0, 1) supplied by the caller (a seeded generator offline, ``random`` in the
+proxy), so the choice is reproducible in tests.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class ExplorationSettings(BaseModel):
+    """``exploration:`` in the strategy config, e.g. ``{rate: 0.02, tiers: {premium: 0.0}}``; off by default."""
+
+    model_config = ConfigDict(extra="forbid")
+    rate: float = Field(0.0, ge=0.0, le=1.0, description="share of requests routed by exploration")
+    tiers: dict[str, float] = Field(default_factory=dict, description="per-tier rate overriding `rate`")
+
+    @field_validator("tiers")
+    @classmethod
+    def _tier_rates(cls, tiers: dict[str, float]) -> dict[str, float]:
+        bad = {name: rate for name, rate in tiers.items() if not 0.0 <= rate <= 1.0}
+        if bad:
+            raise ValueError(f"exploration rates must lie in [0, 1]; got {bad}")
+        return tiers
+
+    def rate_for(self, tier: str | None) -> float:
+        return self.tiers.get(tier, self.rate) if tier is not None else self.rate
+
+
+@dataclass(frozen=True)
+class Explored:
+    index: int  # the candidate routed to
+    propensity: float  # probability that this candidate was chosen
+    explored: bool  # the exploration branch was taken (the index may still be the policy's)
+
+
+def explore(p: Sequence[float], chosen: int, rate: float, draw_branch: float, draw_pick: float) -> Explored:
+    """Apply exploration at ``rate`` to one decision.  ``draw_branch`` / ``draw_pick``: independent uniforms in [0, 1)."""
+    if not 0 <= chosen < len(p):
+        raise ValueError(f"chosen={chosen} is not an index into {len(p)} candidates")
+    eligible = [j for j, pj in enumerate(p) if pj >= p[chosen] or j == chosen]
+    if rate <= 0 or len(eligible) == 1:
+        return Explored(chosen, 1.0, False)
+    share = rate / len(eligible)
+    if draw_branch < rate:
+        pick = eligible[min(int(draw_pick * len(eligible)), len(eligible) - 1)]
+        return Explored(pick, share + (1 - rate if pick == chosen else 0.0), True)
+    return Explored(chosen, 1 - rate + share, False)
+
+
+DecisionT = TypeVar("DecisionT")
+_RNG = random.Random()
+
+
+def explore_decision(decision: DecisionT, rate: float, slots: Sequence[int], models: Sequence[str],
+                     rng: random.Random = _RNG) -> tuple[DecisionT, float]:
+    """``explore`` applied to a predictor ``Decision`` (fields ``index``, ``slot``, ``model``, ``p``);
+    ``slots``: each candidate's slot, ``models``: the artifact's slot names.  Returns the decision
+    (moved to the explored candidate, if any) and its propensity."""
+    if rate <= 0:
+        return decision, 1.0
+    d: Any = decision
+    out = explore(d.p, d.index, rate, rng.random(), rng.random())
+    if out.index != d.index:
+        decision = replace(d, index=out.index, slot=slots[out.index], model=models[slots[out.index]])
+    return decision, out.propensity

@@ -1,0 +1,46 @@
+"""The promote / don't-promote rule and the overlap warning (pure functions; the command runs in
+test_train_from_log)."""
+
+from __future__ import annotations
+
+from proteus_train.evaluation.promotion import overlap_warning, verdict
+
+
+def tier(dr, cost, tau=0.8, matched=50, unsupported=0.0, n=100):
+    return {"dr": dr, "ci95": [dr - 0.05, dr + 0.05], "tau": tau, "cost_usd": cost, "n_matched": matched,
+            "unsupported_share": unsupported, "n_rows": n}
+
+
+def test_cheaper_and_above_the_floor_is_promoted():
+    promote, reasons = verdict({"a": tier(0.82, 1.0)}, {"a": tier(0.85, 2.0)})
+    assert promote and "cost -50.0%" in reasons[0]
+
+
+def test_below_the_floor_is_not_promoted_and_names_the_tier():
+    promote, reasons = verdict({"a": tier(0.82, 1.0), "b": tier(0.75, 1.0)}, {"a": tier(0.85, 2.0), "b": tier(0.9, 2.0)})
+    assert not promote and reasons == ["tier 'b': estimated accuracy 0.7500 (95% CI 0.7000-0.8000) < 0.8000 (tau 0.8, old 0.9000)"]
+
+
+def test_below_the_floor_where_the_baseline_also_misses_it_only_needs_the_baselines_accuracy():
+    assert verdict({"a": tier(0.76, 1.0)}, {"a": tier(0.75, 1.0)})[0]
+
+
+def test_unsupported_estimates_are_never_promoted():
+    promote, reasons = verdict({"a": tier(0.95, 0.1, matched=3)}, {"a": tier(0.85, 2.0)})
+    assert not promote and "cannot estimate" in reasons[0] and "3 of 100 labelled rows" in reasons[0]
+    assert not verdict({"a": tier(0.95, 0.1, matched=40)}, {"a": tier(0.85, 2.0)})[0]  # 40 rows, but < half
+    assert not verdict({"a": tier(0.95, 0.1, unsupported=0.2)}, {"a": tier(0.85, 2.0)})[0]
+
+
+def test_dearer_is_promoted_only_when_it_keeps_a_floor_the_baseline_misses():
+    promote, reasons = verdict({"a": tier(0.9, 3.0)}, {"a": tier(0.85, 2.0)})  # more accurate, but above a kept floor
+    assert not promote and reasons == ["costs +50.0% more than the baseline and keeps no floor the baseline misses"]
+    assert verdict({"a": tier(0.82, 3.0)}, {"a": tier(0.78, 2.0)})[0]
+
+
+def test_overlap_warning_when_the_periods_intersect():
+    trained = {"provenance": {"first_decision_utc": "2026-01-01T00:00:00Z", "last_decision_utc": "2026-01-10T00:00:00Z"}}
+    later = {"first_decision_utc": "2026-01-11T00:00:00Z", "last_decision_utc": "2026-01-12T00:00:00Z"}
+    inside = {"first_decision_utc": "2026-01-05T00:00:00Z", "last_decision_utc": "2026-01-12T00:00:00Z"}
+    assert overlap_warning(trained, later) is None and overlap_warning({}, later) is None
+    assert "overlaps" in overlap_warning(trained, inside)

@@ -1,0 +1,181 @@
+"""Decision logs written by the proxy (``litellm_proteus.decision_log``, schema 1) as a ``RoutingLog``.
+
+Every JSONL line is one record with ``"schema": 1`` and a ``"type"``: ``decision`` (the candidates,
+the chosen one and its propensity), ``outcome`` (the call's result) and ``feedback`` (a score in
+[0, 1] for a call).  Records are joined by ``call_id``; a call's *latest* feedback (by ``ts``) is its
+label.  Bandit feedback: per request only the chosen slot's score is known.
+
+Per row of the resulting log:
+
+* ``scores``: NaN everywhere except the chosen slot, which holds the feedback score (NaN when the
+  request has no feedback; such rows are dropped by ``clean_log``, counted in ``provenance``);
+* ``costs``: each candidate's logged ``cost_usd`` (the chosen one's ``response_cost`` when the outcome
+  has it), NaN for slots that were not candidates;
+* ``propensity``: the probability with which the logging policy chose that slot (1.0 without
+  exploration); ``logged_choice``: the chosen slot index; ``logged_tau``: its ``tau_effective``;
+* ``split``: by prompt -- a prompt whose hash falls in the top ``1 - TRAIN_SHARE`` is val, every other
+  prompt train, so a prompt repeated in the traffic never sits on both sides (measured on a simulated
+  log that repeats RouterBench prompts: a time split let the validation rows leak and the calibrated
+  artifact missed every floor on the test split); no test part (``proteus eval --log`` judges an
+  artifact on a log it never trained on).
+
+Slots: the ``slot`` index and ``model`` name of each candidate; the log's model list is every slot
+seen, by slot index (``--init`` re-orders them to the initial artifact's slots).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .common import LoadOptions, Table, estimate_tokens
+from .logs import RoutingLog
+
+FORMAT = "decision-log"
+SCHEMA = 1
+RECORD_TYPES = ("decision", "outcome", "feedback")
+TRAIN_SHARE = 0.85
+
+
+def detect(frame: pd.DataFrame) -> bool:
+    return {"schema", "type", "call_id"} <= {c for c in frame.columns if isinstance(c, str)}
+
+
+def _records(tables: Iterable[Table]) -> Iterable[tuple[str, dict[str, Any]]]:
+    for table in tables:
+        for lineno, record in enumerate(table.frame.to_dict("records"), 1):
+            record = {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
+            where = f"{table.path}:{lineno}"
+            if record.get("schema") != SCHEMA:
+                raise ValueError(f"{where}: field 'schema' is {record.get('schema')!r}; supported: {SCHEMA}")
+            if record.get("type") not in RECORD_TYPES:
+                raise ValueError(f"{where}: field 'type' is {record.get('type')!r}; allowed: {list(RECORD_TYPES)}")
+            yield where, record
+
+
+def _decision_fields(where: str, record: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], int, float]:
+    candidates = record.get("candidates")
+    if not isinstance(candidates, (list, tuple)) or not candidates:
+        raise ValueError(f"{where}: field 'candidates' must be a non-empty list of {{slot, model, cost_usd, p}}")
+    chosen = record.get("chosen")  # pandas reads it as float when other record types lack it
+    integral = isinstance(chosen, (int, np.integer)) or (isinstance(chosen, float) and chosen.is_integer())
+    if isinstance(chosen, bool) or not integral or not 0 <= int(chosen) < len(candidates):
+        raise ValueError(f"{where}: field 'chosen' must be an index into candidates (0..{len(candidates) - 1}); got {chosen!r}")
+    propensity = float(record.get("propensity", 1.0))
+    if not 0 < propensity <= 1:
+        raise ValueError(f"{where}: field 'propensity' must lie in (0, 1]; got {propensity}")
+    return list(candidates), int(chosen), propensity
+
+
+def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, tuple[float, float, str]]]:
+    """Decisions (in ``ts`` order), outcomes by call_id and each call's latest feedback (ts, score, source)."""
+    decisions: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, dict[str, Any]] = {}
+    feedback: dict[str, tuple[float, float, str]] = {}
+    for where, record in _records(tables):
+        call_id = str(record.get("call_id", ""))
+        if not call_id:
+            raise ValueError(f"{where}: field 'call_id' is missing or empty")
+        kind = record["type"]
+        if kind == "decision":
+            candidates, chosen, propensity = _decision_fields(where, record)
+            decisions[call_id] = {**record, "candidates": candidates, "chosen": chosen, "propensity": propensity,
+                                  "where": where}
+        elif kind == "outcome":
+            outcomes[call_id] = record
+        else:
+            score = float(record.get("score", math.nan))
+            if not 0 <= score <= 1:
+                raise ValueError(f"{where}: field 'score' must be a number in [0, 1]; got {record.get('score')!r}")
+            ts = float(record.get("ts", 0.0))
+            if call_id not in feedback or ts >= feedback[call_id][0]:
+                feedback[call_id] = (ts, score, str(record.get("source", "")))
+    rows = sorted(decisions.values(), key=lambda d: (float(d.get("ts", 0.0)), d["call_id"]))
+    return rows, outcomes, feedback
+
+
+def _slots(rows: list[dict[str, Any]]) -> list[str]:
+    names: dict[int, str] = {}
+    for row in rows:
+        for cand in row["candidates"]:
+            slot, model = int(cand["slot"]), str(cand["model"])
+            if names.setdefault(slot, model) != model:
+                raise ValueError(f"{row['where']}: slot {slot} is named {model!r} here and {names[slot]!r} elsewhere "
+                                 "(one decision log per artifact slot layout)")
+    return [names[s] for s in sorted(names)]
+
+
+def prompt_fraction(prompt: str) -> float:
+    """A prompt's position in [0, 1) by BLAKE2b of its text: repeats of a prompt land together."""
+    digest = hashlib.blake2b(prompt.encode("utf-8", "surrogatepass"), digest_size=8, person=b"proteus-split").digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
+    del options  # costs are logged per decision
+    rows, outcomes, feedback = join(tables)
+    where = ", ".join(str(t.path) for t in tables[:3])
+    if not rows:
+        raise ValueError(f"decision log ({where}): no 'decision' records")
+    missing_prompt = [r["where"] for r in rows if not isinstance(r.get("prompt"), str)]
+    if missing_prompt:
+        raise ValueError(
+            f"{missing_prompt[0]}: decision has no 'prompt' ({len(missing_prompt)} of {len(rows)} decisions); training "
+            "needs the prompt text: set log_prompts: true in the proxy's decision_log settings"
+        )
+    models = _slots(rows)
+    index = {m: j for j, m in enumerate(models)}
+    n, k = len(rows), len(models)
+    scores = np.full((n, k), np.nan)
+    costs = np.full((n, k), np.nan)
+    propensity = np.ones(n)
+    chosen = np.zeros(n, dtype=np.int64)
+    for i, row in enumerate(rows):
+        for cand in row["candidates"]:
+            cost = cand.get("cost_usd")
+            costs[i, index[str(cand["model"])]] = math.nan if cost is None else float(cost)
+        slot = index[str(row["candidates"][row["chosen"]]["model"])]
+        chosen[i], propensity[i] = slot, row["propensity"]
+        outcome = outcomes.get(row["call_id"], {})
+        if outcome.get("response_cost") is not None:
+            costs[i, slot] = float(outcome["response_cost"])
+        if row["call_id"] in feedback:
+            scores[i, slot] = feedback[row["call_id"]][1]
+    prompts = [r["prompt"] for r in rows]
+    split = np.array(["val" if prompt_fraction(p) >= TRAIN_SHARE else "train" for p in prompts], dtype=object)
+    ts = [float(r.get("ts", 0.0)) for r in rows]
+    labelled = np.isfinite(scores).any(axis=1)
+    provenance = {
+        "format": FORMAT,
+        "first_decision_utc": _utc(min(ts)),
+        "last_decision_utc": _utc(max(ts)),
+        "n_decisions": n,
+        "n_outcomes": sum(1 for r in rows if r["call_id"] in outcomes),
+        "n_labelled": int(labelled.sum()),
+        "label_share": round(float(labelled.mean()), 6),
+        "n_explored": int((propensity < 1).sum()),
+        "labels_per_model": {m: int(labelled[chosen == j].sum()) for j, m in enumerate(models)},
+        "feedback_sources": dict(sorted(Counter(feedback[r["call_id"]][2] for r in rows if r["call_id"] in feedback).items())),
+        "artifacts": sorted({str(r.get("artifact", "")) for r in rows}),
+        "split_method": f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val",
+    }
+    return RoutingLog(
+        prompts=prompts, scores=scores, costs=costs, models=models,
+        task=[str(r.get("tier") or "") for r in rows], split=split,
+        sample_ids=[r["call_id"] for r in rows], input_tokens=estimate_tokens(prompts), source=FORMAT,
+        paths=[t.path.as_posix() for t in tables], split_method=provenance["split_method"],
+        propensity=propensity, logged_choice=chosen, provenance=provenance,
+        logged_tau=np.array([float(r.get("tau_effective", math.nan)) for r in rows]),
+    )
+

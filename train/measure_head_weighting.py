@@ -1,0 +1,71 @@
+"""Measure the performance head's propensity weighting on held-out full-information data.
+
+``python -m proteus_train.measure_head_weighting --log DECISION_LOG --data FULL_INFO --init ARTIFACT``
+fits the head on the decision log's labelled rows (from ``--init``'s weights, its encoder, the
+trainer's head settings) once per ``--propensity-weighting`` choice, and scores each on the full
+information split (every model's outcome known): masked BCE, and per model the gap between mean
+predicted and observed accuracy (the bias the weighting is meant to remove).  Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from litellm_proteus.artifact import load_artifact
+
+from .config import TrainConfig
+from .data import assign_splits, load_logs
+from .evaluation.inputs import make_encoder
+from .heads import fit_performance_head, ips_weights, masked_bce
+from .pipeline import BANDIT_RATIOS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m proteus_train.measure_head_weighting", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--data", nargs="+", required=True)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--init", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    model0, manifest = load_artifact(args.init)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        log = assign_splits(load_logs(args.log).with_models(manifest.models), seed=args.seed, ratios=BANDIT_RATIOS)
+        held = assign_splits(load_logs(args.data), seed=0).part(args.split).with_models(manifest.models)
+    encoder = make_encoder(manifest.encoder, Path(args.init), args.cache_dir, "cpu", precision="fp32")
+    emb = torch.as_tensor(encoder.encode(log.prompts, progress=False))
+    emb_held = torch.as_tensor(encoder.encode(held.prompts, progress=False))
+    y, y_held = torch.as_tensor(log.scores, dtype=torch.float32), torch.as_tensor(held.scores, dtype=torch.float32)
+    tr, va = np.flatnonzero(log.split == "train"), np.flatnonzero(log.split == "val")
+    results = {}
+    for weighting in ("ips", "none"):
+        config = TrainConfig(seed=args.seed, propensity_weighting=weighting)
+        model = type(model0)(manifest.architecture)
+        model.load_state_dict(model0.state_dict())
+        w = ips_weights(log.propensity, config.propensity_clip) if weighting == "ips" else None
+        fit_performance_head(model, emb[tr], y[tr], emb[va], y[va], config, torch.Generator().manual_seed(args.seed),
+                             None if w is None else w[tr], None if w is None else w[va])
+        with torch.no_grad():
+            logits = model.performance_logits(model.embed(emb_held))
+            p = torch.sigmoid(logits).numpy()
+        observed = np.nanmean(held.scores, axis=0)
+        gap = np.nanmean(np.where(np.isfinite(held.scores), p, np.nan), axis=0) - observed
+        results[weighting] = {"heldout_bce": round(float(masked_bce(logits, y_held)), 5),
+                              "mean_abs_accuracy_gap": round(float(np.nanmean(np.abs(gap))), 5),
+                              "accuracy_gap_per_model": {m: round(float(g), 4) for m, g in zip(manifest.models, gap)}}
+    print(json.dumps({"log": args.log, "labelled_rows": len(log), "heldout_rows": len(held), **results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""Off-policy estimates of a routing policy's accuracy from bandit feedback (a decision log).
+
+In a decision log each labelled request carries one logged choice ``a`` (slot), its label ``y`` and
+the probability ``pi(a|x)`` the logging router chose it with.  A new policy choosing ``c(x)`` is
+estimated per row by the doubly robust (DR) term
+
+    q(x, c) + 1[c = a] * min(1 / pi(a|x), clip) * (y - q(x, a))
+
+where ``q`` is the performance head's predicted correctness (the direct method); the mean over rows
+is the policy's accuracy, unbiased where the log has support (either ``q`` is right or the logged
+propensities are), with a normal-approximation CI from the rows' spread.  Full-information rows
+(``logged_choice = -1``) contribute their exact score.  SNIPS (the self-normalised IPS mean over the
+rows where ``c = a``) is reported beside it.
+
+Support: a policy's estimate rests on the head alone for rows where it chooses a slot the log never
+labelled, and on few rows when ``c = a`` rarely; ``support`` says which models and operating points
+are in that state.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Z_95 = 1.959964
+
+
+class OffPolicySupportWarning(UserWarning):
+    """The decision log cannot support an estimate (a model never labelled, too few matching rows)."""
+
+
+@dataclass
+class Estimate:
+    """A policy's off-policy accuracy: DR mean with its CI, SNIPS, and how much data backs it."""
+
+    dr: float
+    ci_low: float
+    ci_high: float
+    snips: float  # NaN when no row's logged choice matches the policy's
+    n_rows: int
+    n_matched: int  # labelled bandit rows where the policy chose the logged slot
+    unsupported_share: float  # rows routed to a slot with no label in the log
+
+    def to_dict(self) -> dict[str, float | int]:
+        r = lambda v: None if not math.isfinite(v) else round(float(v), 5)  # noqa: E731
+        return {"dr": r(self.dr), "ci95": [r(self.ci_low), r(self.ci_high)], "snips": r(self.snips),
+                "n_rows": self.n_rows, "n_matched": self.n_matched, "unsupported_share": round(self.unsupported_share, 4)}
+
+
+@dataclass
+class BanditRows:
+    """The labelled rows of a decision log in the form the estimators use."""
+
+    scores: np.ndarray  # [N, K]; bandit rows: NaN except the logged slot
+    logged_choice: np.ndarray  # [N] slot, -1 = full-information row
+    propensity: np.ndarray  # [N]
+    clip: float = 20.0
+    labelled_slots: np.ndarray = field(init=False)  # [K] bool: some bandit row labels this slot
+
+    def __post_init__(self) -> None:
+        self.logged_choice = np.asarray(self.logged_choice, dtype=np.int64)
+        self.propensity = np.asarray(self.propensity, dtype=np.float64)
+        k = self.scores.shape[1]
+        bandit = self.logged_choice >= 0
+        self.labelled_slots = np.zeros(k, dtype=bool)
+        self.labelled_slots[np.unique(self.logged_choice[bandit])] = True
+        full = ~bandit
+        if full.any():
+            self.labelled_slots |= np.isfinite(self.scores[full]).any(axis=0)
+
+    def dr_terms(self, choice: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-row DR values of a policy choosing ``choice`` ([N]) given predictions ``q`` ([N, K]);
+        and the mask of bandit rows whose logged slot equals the choice."""
+        rows = np.arange(len(choice))
+        bandit = self.logged_choice >= 0
+        logged = np.where(bandit, self.logged_choice, 0)
+        y = self.scores[rows, logged]
+        match = bandit & (choice == self.logged_choice)
+        weight = np.minimum(1.0 / self.propensity, self.clip)
+        terms = q[rows, choice] + np.where(match, weight * (np.nan_to_num(y) - q[rows, logged]), 0.0)
+        exact = np.nan_to_num(self.scores[rows, choice], nan=q[rows, choice])  # full-information rows
+        return np.where(bandit, terms, exact), match
+
+    def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:
+        terms, match = self.dr_terms(choice, q)
+        n = len(terms)
+        mean = float(terms.mean()) if n else math.nan
+        half = Z_95 * float(terms.std(ddof=1)) / math.sqrt(n) if n > 1 else math.inf
+        weight = np.minimum(1.0 / self.propensity, self.clip)
+        logged = np.where(self.logged_choice >= 0, self.logged_choice, 0)
+        y = np.nan_to_num(self.scores[np.arange(n), logged])
+        snips = float((weight * y)[match].sum() / weight[match].sum()) if match.any() else math.nan
+        unsupported = ~self.labelled_slots[choice]
+        return Estimate(mean, mean - half, mean + half, snips, n, int(match.sum()), float(unsupported.mean()) if n else 0.0)
+
+
+def lower_bound(terms: np.ndarray, z: float) -> float:
+    """One-sided lower confidence bound mean - z * SE of per-row estimates."""
+    n = len(terms)
+    if n < 2:
+        return -math.inf
+    return float(terms.mean() - z * terms.std(ddof=1) / math.sqrt(n))
+
+
+@dataclass
+class Support:
+    """What a decision log can and cannot estimate (recorded in the manifest as ``data.off_policy``)."""
+
+    unlabelled_models: list[str]
+    unsupported_tau: list[list[float]]  # requested-tau intervals whose estimate lacks support
+    min_matched: int
+    max_unsupported_share: float
+    explored_share: float
+
+    def to_dict(self) -> dict:
+        return {"unlabelled_models": self.unlabelled_models, "unsupported_tau": self.unsupported_tau,
+                "min_matched": self.min_matched, "max_unsupported_share": self.max_unsupported_share,
+                "explored_share": round(self.explored_share, 6)}
+
+    def warn(self) -> None:
+        problems = []
+        if self.unlabelled_models:
+            problems.append(f"models never chosen with a label in the log (their accuracy comes from the head alone, "
+                            f"not estimable): {self.unlabelled_models}")
+        if self.unsupported_tau:
+            problems.append(f"requested tau ranges whose off-policy estimate lacks support (fewer than {self.min_matched} "
+                            "labelled rows, or than half the rows, where the new policy agrees with the logged choice, or > "
+                            f"{self.max_unsupported_share:.0%} of rows routed to unlabelled models; they route at the "
+                            f"nearest supported operating point, or the top one): {self.unsupported_tau}")
+        if self.explored_share == 0:
+            problems.append("the log has no exploration (every propensity is 1.0): models and operating points the "
+                            "logging router did not choose cannot be estimated; enable exploration: {rate: 0.02} on a tier")
+        if problems:
+            warnings.warn("decision log: " + "; ".join(problems), OffPolicySupportWarning, stacklevel=2)
+
+
+def tau_intervals(taus: list[float], bad: list[bool], step: float) -> list[list[float]]:
+    """Contiguous runs of ``bad`` taus as [lo, hi] intervals."""
+    out: list[list[float]] = []
+    for tau, is_bad in zip(taus, bad):
+        if not is_bad:
+            continue
+        if out and abs(tau - out[-1][1] - step) < step / 2:
+            out[-1][1] = round(float(tau), 6)
+        else:
+            out.append([round(float(tau), 6), round(float(tau), 6)])
+    return out

@@ -1,0 +1,130 @@
+"""``proteus simulate-log``: a production decision log simulated from a full-information routing log.
+
+Each request is a prompt of the chosen split, sent at one of the strategy config's tiers (uniformly);
+the artifact routes it exactly as the proxy would (``routing.route_log``: calibrated tau, prompt-hash
+mixing), every artifact slot being a deployed candidate priced at the row's logged cost;
+exploration (``litellm_proteus.exploration``) may then move it; only the chosen model's recorded
+outcome exists, and it is revealed as feedback for ``--label-share`` of the requests, ``--delay-s``
+seconds (uniform 0..delay) after the decision.  Output: decision-log JSONL in schema 1
+(``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per file), the format ``proteus train
+--data DIR`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+from litellm_proteus.exploration import explore
+from litellm_proteus.predictor import mixing_draw
+
+from .data import assign_splits, load_logs
+from .evaluation.inputs import make_encoder
+from .routing import fill_missing_costs, route_log
+
+START_TS = 1_790_000_000.0  # simulated clock start (2026-09-21 UTC); one request per `--interval-s`
+
+
+def config_tiers(path: str | os.PathLike) -> dict[str, float]:
+    """``router_settings.routing_strategy_args.tiers`` of a LiteLLM proxy config."""
+    with open(path, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle) or {}
+    tiers = ((config.get("router_settings") or {}).get("routing_strategy_args") or {}).get("tiers")
+    if not isinstance(tiers, dict) or not tiers:
+        raise ValueError(f"{path}: no router_settings.routing_strategy_args.tiers (a mapping tier -> tau)")
+    return {str(k): float(v) for k, v in tiers.items()}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help="full-information routing log(s)")
+    parser.add_argument("--split", default="train", choices=("train", "val", "test"), help="rows to draw prompts from")
+    parser.add_argument("--artifact", default=str(DEFAULT_ARTIFACT_DIR), help="the logging router (default: bundled)")
+    parser.add_argument("--config", required=True, help="LiteLLM proxy config whose tiers the requests use")
+    parser.add_argument("--out", required=True, metavar="DIR", help="decision-log directory to write")
+    parser.add_argument("--requests", type=int, default=0, help="requests to simulate (0: each prompt of the split once)")
+    parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback")
+    parser.add_argument("--exploration-rate", type=float, default=0.02, help="exploration rate on every tier")
+    parser.add_argument("--delay-s", type=float, default=3600.0, help="feedback arrives up to this long after a decision")
+    parser.add_argument("--start-ts", type=float, default=START_TS, help="unix time of the first request")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between simulated requests")
+    parser.add_argument("--rotate", type=int, default=10_000, help="records per JSONL file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("label_share", "exploration_rate"):
+        value = getattr(args, name)
+        if not 0 <= value <= 1:
+            raise ValueError(f"--{name.replace('_', '-')} must lie in [0, 1]; got {value}")
+    if args.requests < 0:
+        raise ValueError(f"--requests must be >= 0; got {args.requests}")
+    summary = simulate(args)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def simulate(args: argparse.Namespace) -> dict:
+    rng = np.random.default_rng(args.seed)
+    tiers = config_tiers(args.config)
+    model, manifest = load_artifact(args.artifact)
+    data = assign_splits(load_logs(args.data), seed=0)
+    data = data.part(args.split).with_models(manifest.models)
+    n = len(data) if args.requests == 0 else args.requests
+    rows = rng.permutation(len(data)) if args.requests == 0 else rng.integers(0, len(data), n)
+    encoder = make_encoder(manifest.encoder, Path(args.artifact), args.cache_dir, "cpu", precision="fp32")
+    embeddings = encoder.encode(data.prompts, progress=False)
+    tier_names = list(tiers)
+    tier_of = rng.integers(0, len(tier_names), n)
+    taus = np.array([tiers[tier_names[t]] for t in tier_of])
+    costs = fill_missing_costs(data.costs)
+    prompts = [data.prompts[i] for i in rows]
+    routed = route_log(model, manifest, embeddings[rows], costs[rows], taus, draws=np.array([mixing_draw(p) for p in prompts]))
+    weights_sha = manifest.weights_sha256
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    records: list[tuple[float, dict]] = []
+    explored = labelled = 0
+    policy_cost = chosen_cost = 0.0
+    for r in range(n):
+        i, ts = int(rows[r]), args.start_ts + r * args.interval_s
+        call_id = f"sim-{args.seed}-{r}"
+        p = routed.p[r].tolist()
+        step = explore(p, int(routed.choice[r]), args.exploration_rate, float(rng.random()), float(rng.random()))
+        explored += int(step.index != routed.choice[r])
+        policy_cost += costs[rows[r], routed.choice[r]]
+        chosen_cost += costs[i, step.index]
+        candidates = [{"deployment_id": f"sim-{j}", "slot": j, "model": m, "cost_usd": float(costs[i, j]), "p": round(p[j], 6)}
+                      for j, m in enumerate(manifest.models)]
+        records.append((ts, {
+            "schema": 1, "type": "decision", "call_id": call_id, "ts": ts, "key_hash": None,
+            "tier": tier_names[tier_of[r]], "tau_source": "tier", "state_key": f"tier:{tier_names[tier_of[r]]}",
+            "tau_requested": None, "tau_effective": float(taus[r]), "delta": 0.0, "mu": float(routed.mu[r]),
+            "model_group": "proteus-auto", "candidates": candidates, "chosen": step.index,
+            "propensity": step.propensity, "prompt_sha256": hashlib.sha256(prompts[r].encode("utf-8", "surrogatepass")).hexdigest(),
+            "prompt": prompts[r], "artifact": weights_sha,
+        }))
+        records.append((ts + 0.5, {"schema": 1, "type": "outcome", "call_id": call_id, "ts": ts + 0.5, "success": True,
+                                   "response_cost": float(costs[i, step.index]), "latency_ms": 500.0, "error": None}))
+        score = data.scores[i, step.index]
+        if rng.random() < args.label_share and np.isfinite(score):
+            labelled += 1
+            fts = ts + float(rng.uniform(0, args.delay_s))
+            records.append((fts, {"schema": 1, "type": "feedback", "call_id": call_id, "ts": fts, "score": float(score),
+                                  "source": "simulation"}))
+    records.sort(key=lambda item: item[0])
+    for part, start in enumerate(range(0, len(records), args.rotate)):
+        chunk = records[start:start + args.rotate]
+        stamp = np.datetime_as_string(np.datetime64(int(chunk[0][0]), "s")).replace("-", "").replace(":", "")
+        with open(out / f"decisions-{stamp}-{os.getpid()}-{part}.jsonl", "w", encoding="utf-8") as handle:
+            for _, record in chunk:
+                handle.write(json.dumps(record) + "\n")
+    return {"out": str(out), "requests": n, "labelled": labelled, "explored": explored, "tiers": tiers,
+            "exploration_cost_overhead": round(chosen_cost / policy_cost - 1, 6) if policy_cost else 0.0}
