@@ -281,7 +281,7 @@ def test_exploration_moves_only_to_candidates_at_least_as_accurate_and_records_t
     cands = candidates_for(steerable_engine, prices)
     policy = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.7, cands)])[0]
     assert policy.propensity == 1.0 and policy.decision.model == "mistralai/mixtral-8x7b-chat"  # off by default
-    explored = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.7, cands, 1.0)] * 64)
+    explored = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.7, cands, exploration_rate=1.0)] * 64)
     eligible = {i for i, p in enumerate(policy.decision.p) if p >= policy.decision.p[policy.decision.index]}
     assert len(eligible) >= 2  # the test needs somewhere to explore
     assert {r.decision.index for r in explored} <= eligible and len({r.decision.index for r in explored}) >= 2
