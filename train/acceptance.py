@@ -21,14 +21,14 @@ from litellm_proteus.artifact import load_artifact
 from litellm_proteus.predictor import mixing_draw
 
 from .data import assign_splits, load_logs
-from .evaluation.inputs import make_encoder
+from .evaluation.inputs import artifact_encoder
 from .routing import fill_missing_costs, route_log
 
 
 def route_split(artifact: str, data_paths: list[str], split: str, taus: np.ndarray, cache_dir: str) -> list[dict]:
     model, manifest = load_artifact(artifact)
     data = assign_splits(load_logs(data_paths), seed=0).part(split).with_models(manifest.models)
-    encoder = make_encoder(manifest.encoder, Path(artifact), cache_dir, "cpu", precision="fp32")
+    encoder = artifact_encoder(manifest.encoder, Path(artifact), cache_dir, "cpu", precision="fp32")
     emb = encoder.encode(data.prompts, progress=False)
     costs = fill_missing_costs(data.costs)
     draws = np.array([mixing_draw(p) for p in data.prompts])

@@ -22,7 +22,7 @@ from litellm_proteus.artifact import load_artifact
 
 from .config import TrainConfig
 from .data import assign_splits, load_logs
-from .evaluation.inputs import make_encoder
+from .evaluation.inputs import artifact_encoder
 from .heads import fit_performance_head, ips_weights, masked_bce
 from .pipeline import BANDIT_RATIOS
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.simplefilter("ignore")
         log = assign_splits(load_logs(args.log).with_models(manifest.models), seed=args.seed, ratios=BANDIT_RATIOS)
         held = assign_splits(load_logs(args.data), seed=0).part(args.split).with_models(manifest.models)
-    encoder = make_encoder(manifest.encoder, Path(args.init), args.cache_dir, "cpu", precision="fp32")
+    encoder = artifact_encoder(manifest.encoder, Path(args.init), args.cache_dir, "cpu", precision="fp32")
     emb = torch.as_tensor(encoder.encode(log.prompts, progress=False))
     emb_held = torch.as_tensor(encoder.encode(held.prompts, progress=False))
     y, y_held = torch.as_tensor(log.scores, dtype=torch.float32), torch.as_tensor(held.scores, dtype=torch.float32)

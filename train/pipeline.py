@@ -100,7 +100,7 @@ def set_determinism(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def make_encoder(config: TrainConfig, name: str | None = None) -> Encoder:
+def training_encoder(config: TrainConfig, name: str | None = None) -> Encoder:
     """The frozen encoder ``name`` (default: ``config.encoder``) with the embedding cache."""
     cache = os.path.join(config.cache_dir, "embeddings") if config.cache_dir else None
     return open_encoder(
@@ -240,13 +240,13 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     if init_manifest is not None:  # the initial artifact's encoder, exactly
         config = replace_config(config, max_tokens=init_manifest.encoder.max_tokens,
                                 truncation=init_manifest.encoder.truncation, finetune_encoder=False)
-        encoder = make_encoder(config, init_manifest.encoder.resolve(config.init))
+        encoder = training_encoder(config, init_manifest.encoder.resolve(config.init))
         if init_manifest.encoder.bundled:
             static_dir = Path(init_manifest.encoder.resolve(config.init))
     elif config.static_encoder and not config.finetune_encoder:  # fine-tuning trains the transformer itself
         static_dir = cached_static_encoder(config.encoder, config.cache_dir, device=config.device, progress=config.progress)
     if init_manifest is None:
-        encoder = make_encoder(config, str(static_dir) if static_dir else None)
+        encoder = training_encoder(config, str(static_dir) if static_dir else None)
     if config.finetune_encoder:
         finetune_encoder(encoder, data, parts["train"], config, generator)
     embeddings = encoder.encode(data.prompts, progress=config.progress)

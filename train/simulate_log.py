@@ -26,7 +26,7 @@ from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
 
 from .data import assign_splits, load_logs
-from .evaluation.inputs import make_encoder
+from .evaluation.inputs import artifact_encoder
 from .routing import fill_missing_costs, route_log
 
 START_TS = 1_790_000_000.0  # simulated clock start (2026-09-21 UTC); one request per `--interval-s`
@@ -79,7 +79,7 @@ def simulate(args: argparse.Namespace) -> dict:
     data = data.part(args.split).with_models(manifest.models)
     n = len(data) if args.requests == 0 else args.requests
     rows = rng.permutation(len(data)) if args.requests == 0 else rng.integers(0, len(data), n)
-    encoder = make_encoder(manifest.encoder, Path(args.artifact), args.cache_dir, "cpu", precision="fp32")
+    encoder = artifact_encoder(manifest.encoder, Path(args.artifact), args.cache_dir, "cpu", precision="fp32")
     embeddings = encoder.encode(data.prompts, progress=False)
     tier_names = list(tiers)
     tier_of = rng.integers(0, len(tier_names), n)

@@ -96,7 +96,7 @@ class Split:
 
 
 @dataclass
-class Routed:
+class Assignment:
     assign: np.ndarray  # [N] model index, or [N, K] routing probabilities
     mu: np.ndarray | None = None  # PROTEUS's quality preference per query
     knob: float | None = None  # the tuned parameter a tau-capable baseline used
@@ -386,10 +386,10 @@ class Router:
     def fit(self, ctx: FitContext) -> "Router":
         return self
 
-    def route(self, emb: np.ndarray, costs: np.ndarray, tau: float | np.ndarray | None = None) -> Routed:
+    def route(self, emb: np.ndarray, costs: np.ndarray, tau: float | np.ndarray | None = None) -> Assignment:
         raise NotImplementedError
 
-    def route_split(self, split: Split, tau: float | np.ndarray | None = None) -> Routed:
+    def route_split(self, split: Split, tau: float | np.ndarray | None = None) -> Assignment:
         """Route a whole split (PROTEUS also takes its prompts' mixing draws)."""
         return self.route(split.emb, split.costs, tau)
 
@@ -418,7 +418,7 @@ class KnobRouter(Router):
         if np.ndim(tau) != 0 and not self.per_query_tau:
             raise ValueError(f"{self.name} routes a batch at one scalar tau")
         knobs = np.broadcast_to(self.table.knob(tau), (len(emb),))
-        return Routed(self.route_knobs(emb, costs, knobs), knob=float(knobs[0]) if np.ndim(tau) == 0 and len(knobs) else None)
+        return Assignment(self.route_knobs(emb, costs, knobs), knob=float(knobs[0]) if np.ndim(tau) == 0 and len(knobs) else None)
 
 
 class MixedKnobRouter(Router):
@@ -437,10 +437,10 @@ class MixedKnobRouter(Router):
     def route(self, emb, costs, tau=None):
         raise ValueError(f"{self.name} needs the prompts' draws: use route_split")
 
-    def route_split(self, split: Split, tau=None) -> Routed:
+    def route_split(self, split: Split, tau=None) -> Assignment:
         if tau is None or split.draws is None:
             raise ValueError(f"{self.name} needs tau and the split's draws")
-        return Routed(self.base.route_knobs(split.emb, split.costs, self.base.table.mixed_knobs(tau, split.draws)))
+        return Assignment(self.base.route_knobs(split.emb, split.costs, self.base.table.mixed_knobs(tau, split.draws)))
 
 
 class RandomRouter(Router):
@@ -449,7 +449,7 @@ class RandomRouter(Router):
 
     def route(self, emb, costs, tau=None):
         k = costs.shape[1]
-        return Routed(np.full((len(costs), k), 1.0 / k))
+        return Assignment(np.full((len(costs), k), 1.0 / k))
 
 
 class FixedRouter(Router):
@@ -459,7 +459,7 @@ class FixedRouter(Router):
     model_index: int = 0
 
     def route(self, emb, costs, tau=None):
-        return Routed(np.full(len(costs), self.model_index, dtype=np.int64))
+        return Assignment(np.full(len(costs), self.model_index, dtype=np.int64))
 
 
 class CheapestRouter(FixedRouter):
@@ -489,7 +489,7 @@ class KNNRouter(Router):
         return self
 
     def route(self, emb, costs, tau=None):
-        return Routed(cheapest_argmax(self.predictor.predict(emb), costs))
+        return Assignment(cheapest_argmax(self.predictor.predict(emb), costs))
 
 
 class MLPRouter(Router):
@@ -500,7 +500,7 @@ class MLPRouter(Router):
         return self
 
     def route(self, emb, costs, tau=None):
-        return Routed(cheapest_argmax(self.predictor.predict(emb), costs))
+        return Assignment(cheapest_argmax(self.predictor.predict(emb), costs))
 
 
 class PairwiseSwitchRouter(Router):
@@ -516,7 +516,7 @@ class PairwiseSwitchRouter(Router):
         return self
 
     def route(self, emb, costs, tau=None):
-        return Routed(self.predictor.choose(emb))
+        return Assignment(self.predictor.choose(emb))
 
 
 class CarrotRouter(Router):
@@ -537,7 +537,7 @@ class CarrotRouter(Router):
 
     def route(self, emb, costs, tau=None):
         score = (1 - self.mu) * self.predictor.predict(emb) - self.mu * costs / self.cost_scale
-        return Routed(cheapest_argmax(score, costs))
+        return Assignment(cheapest_argmax(score, costs))
 
 
 class RouteLLMRouter(Router):
@@ -548,7 +548,7 @@ class RouteLLMRouter(Router):
         return self
 
     def route(self, emb, costs, tau=None):
-        return Routed(cheapest_argmax(self.classifier.predict(emb), costs))
+        return Assignment(cheapest_argmax(self.classifier.predict(emb), costs))
 
 
 class CalibratedThresholdRouter(KnobRouter):

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from litellm_proteus.artifact import load_artifact
 
     from .evaluate import EvalConfig, ProteusRouter, evaluate
-    from .inputs import load_inputs, make_encoder, measure_encoder_ms
+    from .inputs import load_inputs, artifact_encoder, measure_encoder_ms
     from .metrics import json_safe
     from .plots import write_figures
     from .report import render
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                          device=args.device, precision=args.precision, progress=not args.quiet, dataset=args.dataset)
     test_prompts = [inputs.log.prompts[i] for i in inputs.test_rows]
     say("measuring encoder latency")
-    timing_encoder = make_encoder(inputs.manifest.encoder, inputs.artifact_dir, None, args.device, args.precision)  # no cache
+    timing_encoder = artifact_encoder(inputs.manifest.encoder, inputs.artifact_dir, None, args.device, args.precision)  # no cache
     encoder_ms = measure_encoder_ms(timing_encoder, test_prompts, batch=args.latency_batch)
     encoder_backend = str(getattr(timing_encoder, "backend", "hf"))
     del timing_encoder
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         if manifest.encoder == inputs.manifest.encoder and not manifest.encoder.bundled:
             emb = inputs.test.emb
         else:
-            emb = make_encoder(manifest.encoder, Path(directory), cache_dir, args.device, args.precision).encode(test_prompts)
+            emb = artifact_encoder(manifest.encoder, Path(directory), cache_dir, args.device, args.precision).encode(test_prompts)
         ablations[name] = (ProteusRouter(model, manifest, name=name), emb)
     if inputs.manifest.calibration.frontier_policy_tau:  # how much of PROTEUS's cost is the mixing
         ablations["No-Mixing"] = (ProteusRouter(inputs.model, inputs.manifest, name="No-Mixing", mix=False), inputs.test.emb)

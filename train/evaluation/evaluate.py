@@ -58,7 +58,7 @@ from .baselines import (
     KnobRouter,
     MixedKnobRouter,
     PairwiseSwitchRouter,
-    Routed,
+    Assignment,
     Router,
     Split,
     fit_baselines,
@@ -111,13 +111,13 @@ class ProteusRouter(Router):
         self.model, self.manifest, self.mix = model, manifest, mix
         self.name = name  # type: ignore[misc]
 
-    def route(self, emb, costs, tau=None, draws=None) -> Routed:
+    def route(self, emb, costs, tau=None, draws=None) -> Assignment:
         if tau is None:
             raise ValueError("PROTEUS needs tau")
         out = route_log(self.model, self.manifest, emb, costs, tau, draws=draws)
-        return Routed(out.choice, mu=out.mu)
+        return Assignment(out.choice, mu=out.mu)
 
-    def route_split(self, split: Split, tau=None) -> Routed:
+    def route_split(self, split: Split, tau=None) -> Assignment:
         return self.route(split.emb, split.costs, tau, draws=split.draws if self.mix else None)
 
     def quality_choice(self, emb: np.ndarray, costs: np.ndarray) -> np.ndarray:
@@ -312,7 +312,7 @@ def headroom(
 
 
 def _router_row(
-    routed: Routed, test: Split, boot: Bootstrap, oracle_acc: float, random_acc: float, cost_max: float,
+    routed: Assignment, test: Split, boot: Bootstrap, oracle_acc: float, random_acc: float, cost_max: float,
     latency_ms: float, config: EvalConfig,
 ) -> dict:
     correct = per_query(routed.assign, test.scores)

@@ -115,7 +115,7 @@ def dataset_name(manifest: Manifest, paths: list[str]) -> str:
     return manifest.data.source or "unknown"
 
 
-def make_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, device: str, precision: str = "auto"):
+def artifact_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, device: str, precision: str = "auto"):
     """The artifact's encoder as the proxy runs it: ``backend="auto"`` (equal to the training
     backend to ~1e-5, same disk cache) and ``precision`` (``auto`` = the proxy's default: bf16 on
     CPUs with native bf16, so routing is evaluated on the embeddings it will see)."""
@@ -165,7 +165,7 @@ def load_inputs(
     model, manifest = load_artifact(artifact_dir)
     notes: list[str] = []
     log = load_split_log(manifest, data, data_format, notes)
-    encoder = make_encoder(manifest.encoder, artifact_dir, cache_dir, device, precision)
+    encoder = artifact_encoder(manifest.encoder, artifact_dir, cache_dir, device, precision)
     embeddings = encoder.encode(log.prompts, progress=progress)
     train, val, test, test_rows, excluded = build_splits(log, embeddings)
     if len(train) < 5 or len(val) < 2 or len(test) < 2:
@@ -190,7 +190,7 @@ def load_inputs(
 def measure_encoder_ms(encoder, prompts: list[str], batch: int = 8, n: int = 64) -> float:
     """Per-query time (ms) of ``encoder.encode`` on real prompts in batches of ``batch``: the path a
     request takes in the proxy (tokenise, forward, pool).  Pass an encoder built without caches
-    (``make_encoder(..., cache_dir=None, ...)``), or every call would be a cache hit."""
+    (``artifact_encoder(..., cache_dir=None, ...)``), or every call would be a cache hit."""
     import torch
 
     if getattr(encoder, "cache", None) is not None or getattr(encoder, "memory", None) is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..calibration import group_ladders
-from .baselines import FitContext, Routed, Router, Split
+from .baselines import FitContext, Assignment, Router, Split
 from .complexity_classifier import TIERS, ComplexityClassifier
 
 FIT_TRAIN_ROWS = 3000  # train rows classified for the ladder choice (classification is ~1-3 ms a prompt)
@@ -53,7 +53,7 @@ class SingleModelRouter(Router):
         if tau is None:
             raise ValueError(f"{self.name} needs tau")
         models = np.broadcast_to(self.model_for(tau), (len(costs),))
-        return Routed(models.astype(np.int64), knob=float(models[0]) if np.ndim(tau) == 0 and len(models) else None)
+        return Assignment(models.astype(np.int64), knob=float(models[0]) if np.ndim(tau) == 0 and len(models) else None)
 
     def validated_top(self) -> float:
         return float(self.accuracy.max() - self.margin)
@@ -106,7 +106,7 @@ class LiteLLMComplexityRouter(Router):
     def route(self, emb, costs, tau=None):
         raise ValueError(f"{self.name} classifies prompt texts: route a Split that has them (route_split)")
 
-    def route_split(self, split: Split, tau=None) -> Routed:
+    def route_split(self, split: Split, tau=None) -> Assignment:
         if tau is None or split.prompts is None:
             raise ValueError(f"{self.name} needs tau and the split's prompt texts")
         taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), (len(split),))
@@ -117,7 +117,7 @@ class LiteLLMComplexityRouter(Router):
             ladder = self.ladders[pick]
             tiers, _ = self.classifiers[ladder.setting].classify(list(split.prompts[rows]))
             choice[rows] = np.asarray(ladder.slots)[tiers]
-        return Routed(choice, knob=float(picks[0]) if np.ndim(tau) == 0 and len(picks) else None)
+        return Assignment(choice, knob=float(picks[0]) if np.ndim(tau) == 0 and len(picks) else None)
 
     def validated_top(self) -> float:
         return float(self.accuracy.max() - self.margin)

@@ -31,7 +31,7 @@ from ..data import load_logs
 from ..off_policy import BanditRows
 from ..off_policy_calibration import MAX_UNSUPPORTED_SHARE, MIN_MATCHED, MIN_MATCHED_SHARE
 from ..routing import route_log
-from .inputs import make_encoder
+from .inputs import artifact_encoder
 
 
 def artifact_estimates(artifact: str, log_dir: str, cache_dir: str | None, device: str) -> tuple[dict, dict]:
@@ -40,7 +40,7 @@ def artifact_estimates(artifact: str, log_dir: str, cache_dir: str | None, devic
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # unlabelled requests dropped: counted in the provenance
         data = load_logs(log_dir, format="decision-log").with_models(manifest.models)
-    emb = make_encoder(manifest.encoder, Path(artifact), cache_dir, device, precision="fp32").encode(data.prompts, progress=False)
+    emb = artifact_encoder(manifest.encoder, Path(artifact), cache_dir, device, precision="fp32").encode(data.prompts, progress=False)
     # slots that were not candidates of a request cost +inf there, so the artifact never picks them
     costs = np.where(np.isfinite(data.costs), data.costs, np.inf)
     tau = np.where(np.isfinite(data.logged_tau), data.logged_tau, manifest.tau_range[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from proteus_train.evaluation.baselines import Routed, Router, Split
+from proteus_train.evaluation.baselines import Assignment, Router, Split
 from proteus_train.evaluation.dynamic import SCENARIOS, rolling_mean, run_scenario, schedule, window_stats
 
 
@@ -45,7 +45,7 @@ class TauEcho(Router):
     tau_capable = per_query_tau = True
 
     def route(self, emb, costs, tau=None):
-        return Routed((np.broadcast_to(tau, (len(emb),)) > 0.85).astype(np.int64))
+        return Assignment((np.broadcast_to(tau, (len(emb),)) > 0.85).astype(np.int64))
 
 
 def test_run_scenario_with_a_known_router():

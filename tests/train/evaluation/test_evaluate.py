@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from proteus_train.evaluation.baselines import BASELINE_NAMES
-from proteus_train.evaluation.baselines import Routed, Router, Split
+from proteus_train.evaluation.baselines import Assignment, Router, Split
 from proteus_train.evaluation.evaluate import (
     Curve,
     EvalConfig,
@@ -134,7 +134,7 @@ class HindsightRouter(Router):
 
     def route(self, emb, costs, tau=None):
         scores = self.lookup[np.asarray(emb, dtype=np.float32).tobytes()]
-        return Routed(np.argmax(scores > 0.5, axis=1))
+        return Assignment(np.argmax(scores > 0.5, axis=1))
 
 
 def test_headroom_on_a_known_case(synth_splits, build_random_artifact):
