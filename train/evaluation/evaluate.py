@@ -66,18 +66,15 @@ from .baselines import (
 from .limit import limit_curve
 from .metrics import (
     Bootstrap,
-    floor_compliance,
-    meets,
     oracle_choice,
-    pearson,
     per_query,
     routing_efficiency,
     routing_performance_index,
-    tolerance_compliance,
 )
 
-TIER_NAMES: tuple[str, ...] = ("Economy", "Standard", "Premium")
 PROTEUS = "PROTEUS"
+from .headroom import headroom
+from .tau_sweep import adaptability, max_compliant_tau, sweep, tiers
 
 
 @dataclass
@@ -148,167 +145,6 @@ def head_latency_ms(router: Router, test: Split, tau: float | None, batch: int, 
     return (time.perf_counter() - start) * 1000.0 / n
 
 
-@dataclass
-class Curve:
-    """A tau-capable router swept over a grid of taus on the test set."""
-
-    taus: np.ndarray
-    correct: np.ndarray  # [N, T]
-    cost: np.ndarray  # [N, T] USD
-    mu: np.ndarray | None  # [N, T]
-    knobs: list
-
-    @property
-    def accuracy(self) -> np.ndarray:
-        return self.correct.mean(axis=0)
-
-    @property
-    def cost_per_1k(self) -> np.ndarray:
-        return self.cost.mean(axis=0) * 1000.0
-
-    def rows(self, boot: Bootstrap | None, limit=None) -> list[dict]:
-        acc, cost = self.accuracy, self.cost_per_1k
-        if boot is not None:
-            acc_lo, acc_hi = boot.interval(self.correct)
-            cost_lo, cost_hi = (x * 1000.0 for x in boot.interval(self.cost))
-        out = []
-        for j, tau in enumerate(self.taus):
-            row = {
-                "tau": float(tau),
-                "accuracy": float(acc[j]),
-                "accuracy_ci_low": float(acc_lo[j]) if boot else None,
-                "accuracy_ci_high": float(acc_hi[j]) if boot else None,
-                "cost_per_1k": float(cost[j]),
-                "cost_ci_low": float(cost_lo[j]) if boot else None,
-                "cost_ci_high": float(cost_hi[j]) if boot else None,
-                "mu_mean": float(self.mu[:, j].mean()) if self.mu is not None else None,
-                "meets_floor": bool(meets(acc[j], tau)),
-                "meets_floor_ci_low": bool(meets(acc_lo[j], tau)) if boot else None,
-            }
-            if self.knobs[j] is not None:
-                row["knob"] = float(self.knobs[j])
-            if limit is not None:
-                row["limit_cost_per_1k"] = limit.cost_per_1k(float(tau))
-            out.append(row)
-        return out
-
-
-def sweep(router: Router, test: Split, taus: np.ndarray) -> Curve:
-    correct, cost, mus, knobs = [], [], [], []
-    for tau in taus:
-        routed = router.route_split(test, float(tau))
-        correct.append(per_query(routed.assign, test.scores))
-        cost.append(per_query(routed.assign, test.costs))
-        mus.append(routed.mu)
-        knobs.append(routed.knob)
-    mu = None if any(m is None for m in mus) else np.stack(mus, axis=1)
-    return Curve(np.asarray(taus, dtype=float), np.stack(correct, 1), np.stack(cost, 1), mu, knobs)
-
-
-def max_compliant_tau(curve: Curve) -> tuple[float | None, float | None]:
-    """(largest tau such that every grid tau up to it is met, the first tau missed)."""
-    best = None
-    for tau, acc in zip(curve.taus, curve.accuracy):
-        if not meets(acc, tau):
-            return best, float(tau)
-        best = float(tau)
-    return best, None
-
-
-def adaptability(curve: Curve) -> dict:
-    acc, taus, cost = curve.accuracy, curve.taus, curve.cost_per_1k
-    pooled = None
-    if curve.mu is not None:
-        pooled = pearson(np.broadcast_to(taus, curve.mu.shape).ravel(), curve.mu.ravel())
-    return {
-        "tau_mu_corr": pearson(taus, curve.mu.mean(axis=0)) if curve.mu is not None else None,
-        "tau_mu_corr_pooled": pooled,
-        "floor_compliance": floor_compliance(acc, taus),
-        "tol2_compliance": tolerance_compliance(acc, taus, 0.02),
-        "tol5_compliance": tolerance_compliance(acc, taus, 0.05),
-        "cost_range": float(cost[-1] / cost[0]) if cost[0] > 0 else None,
-        "n_tau_levels": int(len(taus)),
-    }
-
-
-def tiers(router: Router, test: Split, tau_range: tuple[float, float], per_tier: int = 5) -> list[dict]:
-    lo, hi = tau_range
-    edges = np.linspace(lo, hi, len(TIER_NAMES) + 1)
-    rows = []
-    for name, t_lo, t_hi in zip(TIER_NAMES, edges[:-1], edges[1:]):
-        curve = sweep(router, test, np.linspace(t_lo, t_hi, per_tier))
-        acc = curve.accuracy
-        rows.append(
-            {
-                "name": name,
-                "tau_lo": float(t_lo),
-                "tau_hi": float(t_hi),
-                "accuracy": float(acc.mean()),
-                "cost_per_1k": float(curve.cost_per_1k.mean()),
-                "margin_pp": float((acc.mean() - (t_lo + t_hi) / 2) * 100),
-                "worst_margin_pp": float(np.min(acc - curve.taus) * 100),
-                "meets_floor": bool(np.all(meets(acc, curve.taus))),
-            }
-        )
-    return rows
-
-
-HEADROOM_BASELINES: tuple[str, ...] = ("MLP", "CARROT-Quality")
-
-
-def headroom(
-    proteus: ProteusRouter, baselines: dict[str, Router], val: Split, test: Split, boot: Bootstrap, margin: float,
-    switch: PairwiseSwitchRouter | None = None,
-) -> dict:
-    """Can routing beat always-the-best-single-model here, and can the declared range honestly say so?
-
-    Quality-seeking routings -- PROTEUS at mu = 1 (argmax p + b), PROTEUS at the top of its declared
-    range, and the baselines that route to the highest predicted accuracy (``HEADROOM_BASELINES``;
-    their predictors are early-stopped on validation, so their validation figures lean optimistic) --
-    are scored on validation against validation's best single model, and on test against test's with
-    a paired bootstrap CI of the per-query difference.  PROTEUS's declared top is its calibrated
-    ceiling minus ``margin``; it can only pass the best single model where a routing's validation
-    gain exceeds the margin.  Given the Pairwise-Switch probe (``switch``), it is scored too and
-    ``pairwise_switch`` says on how many validation queries any model is expected to beat the anchor."""
-    models, top = proteus.manifest.models, proteus.manifest.tau_range[1]
-    choices = {
-        "PROTEUS (mu = 1)": lambda s: proteus.quality_choice(s.emb, s.costs),
-        "PROTEUS (top of range)": lambda s: proteus.route_split(s, top).assign,
-        **{name: (lambda s, r=baselines[name]: r.route_split(s).assign) for name in HEADROOM_BASELINES if name in baselines},
-    }
-    if switch is not None:
-        choices[switch.name] = lambda s: switch.route_split(s).assign
-    best = {name: int(np.argmax(s.scores.mean(axis=0))) for name, s in (("val", val), ("test", test))}
-    rows = {}
-    for name, choose in choices.items():
-        val_correct, test_correct = per_query(choose(val), val.scores), per_query(choose(test), test.scores)
-        gain_test = test_correct - test.scores[:, best["test"]]
-        low, high = boot.interval(gain_test)
-        rows[name] = {
-            "val_accuracy": float(val_correct.mean()),
-            "val_gain_pp": float((val_correct.mean() - val.scores[:, best["val"]].mean()) * 100),
-            "test_accuracy": float(test_correct.mean()),
-            "test_gain_pp": float(gain_test.mean() * 100),
-            "test_gain_ci_pp": [float(low) * 100, float(high) * 100],
-        }
-    max_gain = max(r["val_gain_pp"] for r in rows.values())
-    out = {
-        "best_single_val": {"model": models[best["val"]], "accuracy": float(val.scores[:, best["val"]].mean())},
-        "best_single_test": {"model": models[best["test"]], "accuracy": float(test.scores[:, best["test"]].mean())},
-        "oracle_val": float(val.scores.max(axis=1).mean()),
-        "calibration_margin": margin,
-        "routers": rows,
-        "max_val_gain_pp": max_gain,
-        "val_gain_exceeds_margin": bool(max_gain > margin * 100),
-    }
-    if switch is not None:
-        win = switch.predictor.win_probability(val.emb).max(axis=1)
-        out["pairwise_switch"] = {
-            "anchor": models[switch.predictor.anchor],
-            "val_switch_share": float(np.mean(win > 0.5)),
-            "val_max_win_probability": float(win.max()),
-        }
-    return out
 
 
 def _router_row(

@@ -11,16 +11,9 @@ import torch
 
 from proteus_train.evaluation.baselines import BASELINE_NAMES
 from proteus_train.evaluation.baselines import Assignment, Router, Split
-from proteus_train.evaluation.evaluate import (
-    Curve,
-    EvalConfig,
-    ProteusRouter,
-    adaptability,
-    evaluate,
-    headroom,
-    max_compliant_tau,
-    tau_grid,
-)
+from proteus_train.evaluation.evaluate import EvalConfig, ProteusRouter, evaluate, tau_grid
+from proteus_train.evaluation.headroom import headroom
+from proteus_train.evaluation.tau_sweep import Curve, adaptability, max_compliant_tau
 from proteus_train.evaluation.metrics import Bootstrap, json_safe
 from proteus_train.evaluation.plots import FIGURES, write_figures
 from proteus_train.evaluation.report import render
