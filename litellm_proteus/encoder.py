@@ -48,7 +48,7 @@ WINDOW_SLACK_TOKENS = 8
 _WHITESPACE = re.compile(r"\s")
 # On CPU compute grows with padded tokens and a forward pass has little fixed cost, so a sorted
 # batch is cut where the longest row would exceed this multiple of the shortest (+8 tokens): a mixed
-# micro-batch of short and long prompts no longer pads every short one to the longest.  On CUDA one
+# micro-batch of short and long prompts does not pad every short one to the longest.  On CUDA one
 # wide batch beats several narrow ones, so only ``batch_size`` cuts there.
 BUCKET_RATIO = 1.5
 # On CPU a run of similar-length prompts is cut into equal forward passes of about this many padded
