@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -60,12 +63,20 @@ def test_manifest_rejects_a_rule_slot_outside_the_models(build_random_artifact):
         build_random_artifact(["a", "b"], calibration=bad)
 
 
-def test_bundled_artifact_routes_by_its_policy_alone():
-    """An artifact without rules routes exactly as eq. 2 at its calibrated policy tau (mixed or not)."""
-    model, manifest = load_artifact(DEFAULT_ARTIFACT_DIR)
+def test_an_artifact_without_rules_routes_by_its_policy_alone(tmp_path):
+    """An artifact without rules (the format before operating-point rules: the bundled artifact with
+    its rule fields removed) routes exactly as eq. 2 at its calibrated policy tau (mixed or not)."""
+    artifact = tmp_path / "policy-only"
+    shutil.copytree(DEFAULT_ARTIFACT_DIR, artifact)
+    raw = json.loads((artifact / "manifest.json").read_text())
+    assert raw["calibration"]["frontier_point"]  # the bundled artifact has rules: they are removed here
+    for field in ("requested_point", "frontier_point", "centroids"):
+        raw["calibration"].pop(field, None)
+    (artifact / "manifest.json").write_text(json.dumps(raw))
+    model, manifest = load_artifact(artifact)
     cal = manifest.calibration
     assert not cal.requested_point and not cal.frontier_point and not cal.centroids
-    predictor = ProteusPredictor(DEFAULT_ARTIFACT_DIR, device="cpu")
+    predictor = ProteusPredictor(artifact, device="cpu")
     rng = np.random.default_rng(0)
     n, k = 64, len(manifest.models)
     emb = rng.normal(size=(n, manifest.encoder.embed_dim)).astype(np.float32)

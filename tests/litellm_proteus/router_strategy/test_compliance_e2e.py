@@ -28,7 +28,7 @@ def shared(tmp_path_factory, steerable_artifact):
     config["router_settings"]["routing_strategy_args"]["compliance"] = {
         "min_decisions": 1, "step": 0.05, "window": 20, "margin": 0.1,
     }
-    proxy = Proxy(tmp_path_factory.mktemp("proxy-2w"), config, ("--num_workers", "2", "--timeout_worker_healthcheck", "120"))
+    proxy = Proxy(tmp_path_factory.mktemp("proxy-2w"), config, extra_args=("--num_workers", "2", "--timeout_worker_healthcheck", "120"))
     try:
         proxy.wait_ready()
         yield proxy, server
