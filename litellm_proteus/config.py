@@ -115,6 +115,9 @@ class PredictorOptions(BaseModel):
     max_batch_tokens: int | None = Field(
         None, ge=0, description="padded tokens per encoder pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit)"
     )
+    runtime: Literal["auto", "numpy", "torch"] = Field(
+        "auto", description="forward pass: auto = numpy for a static-table artifact on the CPU (no torch), else torch"
+    )
     mix_operating_points: bool = Field(
         True, description="reach a tau between two frontier operating points by routing a prompt-hash share at each"
     )

@@ -81,3 +81,11 @@ def test_predictor_options_are_named_fields_and_errors_name_them():
         ProteusConfig.parse({"predictor_options": {"threads": 0}})
     with pytest.raises(ProteusConfigError, match=r"predictor_options\.precision: Input should be 'auto', 'fp32', 'bf16' or 'fp16'"):
         ProteusConfig.parse({"predictor_options": {"precision": "fp8"}})
+
+
+def test_predictor_options_name_the_runtime():
+    from litellm_proteus.config import ProteusConfig, ProteusConfigError
+
+    assert ProteusConfig.parse({"predictor_options": {"runtime": "torch"}}).predictor_options.as_kwargs() == {"runtime": "torch"}
+    with pytest.raises(ProteusConfigError, match=r"predictor_options\.runtime: Input should be 'auto', 'numpy' or 'torch'"):
+        ProteusConfig.parse({"predictor_options": {"runtime": "jax"}})

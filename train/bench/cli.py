@@ -67,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     speed.add_argument("--quantize", default="none", choices=["none", "int8"], help="dynamic int8 encoder (CPU)")
     speed.add_argument("--backend", default="auto", choices=["auto", "hf", "fused"],
                        help="encoder implementation; auto = fused BERT where supported (default)")
+    speed.add_argument("--runtime", default="auto", choices=["auto", "numpy", "torch"],
+                       help="forward pass: auto (default, as the plugin) = numpy for a static table on the CPU, else torch")
     speed.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     speed.add_argument("--omp-wait-policy", default="short-spin", choices=list(OMP_POLICIES),
                        help="how idle OpenMP threads wait, for this process and the proxies, unless OMP_WAIT_POLICY or "
@@ -174,6 +176,7 @@ def predictor_options(args: argparse.Namespace) -> dict:
         "max_tokens": args.max_tokens,
         "truncation": args.truncation,
         "max_batch_tokens": args.max_batch_tokens,
+        "runtime": None if args.runtime == "auto" else args.runtime,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -227,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
             truncation=args.truncation,
             backend=args.backend,
             max_batch_tokens=args.max_batch_tokens,
+            runtime=args.runtime,
             memory_cache=0,  # every measured decision encodes; cache hits are measured separately
         )
     except (ArtifactError, ValueError) as exc:
