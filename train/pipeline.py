@@ -36,7 +36,6 @@ import logging
 import math
 import os
 import time
-from dataclasses import asdict
 from dataclasses import replace as replace_config
 from pathlib import Path
 
@@ -44,7 +43,7 @@ import numpy as np
 import torch
 
 from litellm_proteus import __version__
-from litellm_proteus.artifact import DataRecord, EncoderSpec, Manifest, TauCalibration, load_artifact, read_manifest, save_artifact
+from litellm_proteus.artifact import Manifest, TauCalibration, load_artifact, read_manifest, save_artifact
 from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.encoder import resolve_device
 from litellm_proteus.model import ModelConfig, ProteusModel
@@ -60,14 +59,13 @@ from .calibration import (
     cluster_ladders,
     derive_tau_range,
     kmeans,
-    oracle_accuracy,
     rule_points,
 )
 from .config import TrainConfig
-from .data import read_price_file
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
 from .encoding import BUNDLED_ENCODER_DIR, finetune_encoder, training_encoder
+from .manifest import average_tokens, data_record, encoder_spec, training_record, validation_metrics
 from .heads import fit_boosts, fit_performance_head, ips_weights, out_of_fold_predictions
 from .off_policy import BanditRows
 from .off_policy_calibration import off_policy_calibration
@@ -101,16 +99,6 @@ def set_determinism(seed: int) -> None:
 
 
 BANDIT_RATIOS = (0.85, 0.15, 0.0)
-
-
-def average_tokens(data: RoutingLog, tokens: np.ndarray | None, default: float) -> dict[str, float]:
-    if tokens is None:
-        return {m: default for m in data.models}
-    values = np.asarray(tokens, dtype=np.float64)
-    if values.ndim == 1:
-        values = np.repeat(values[:, None], len(data.models), axis=1)
-    means = np.nanmean(np.where(np.isfinite(values), values, np.nan), axis=0)
-    return {m: float(v) if np.isfinite(v) else default for m, v in zip(data.models, means)}
 
 
 def operating_point_candidates(
@@ -316,73 +304,22 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
     model.to("cpu")
     timings["total_s"] = time.perf_counter() - started
 
-    train_config = {k: v for k, v in asdict(config).items() if k not in ("progress",)}
-    bundled = config.finetune_encoder or static_dir is not None
-    bandit_record = {} if not data.bandit else {
-        "provenance": data.provenance,
-        "off_policy": None if off_policy is None else off_policy.support.to_dict(),
-        "init": None if init_manifest is None else {"path": str(Path(config.init).resolve()),
-                                                    "weights_sha256": init_manifest.weights_sha256},
-    }
     manifest = Manifest(
         models=data.models,
-        encoder=init_manifest.encoder.model_copy(update={"files_sha256": {}}) if init_manifest is not None else EncoderSpec(
-            name=BUNDLED_ENCODER_DIR if bundled else config.encoder,
-            bundled=bundled,
-            static_from=config.encoder if static_dir else None,
-            embed_dim=encoder.embed_dim,
-            max_tokens=config.max_tokens,
-            truncation=config.truncation,
-        ),
+        encoder=encoder_spec(config, encoder.embed_dim, static_dir, init_manifest),
         architecture=model_config,
         tau_range=declared,
         tau_train_range=tau_range,
         cost_normalization=normalizer.to_dict(),
-        avg_input_tokens=average_tokens(data.subset(train_idx), None if data.input_tokens is None else data.input_tokens[train_idx], 500.0),
-        avg_output_tokens=average_tokens(
-            data.subset(train_idx), None if data.output_tokens is None else data.output_tokens[train_idx], 256.0
-        ),
+        avg_input_tokens=average_tokens(data.subset(train_idx), data.input_tokens, train_idx, 500.0),
+        avg_output_tokens=average_tokens(data.subset(train_idx), data.output_tokens, train_idx, 256.0),
         calibration=calibration,
         p_calibration=p_calibration,
-        training={
-            "config": train_config,
-            "device": device,
-            "timings_s": {k: round(v, 2) for k, v in timings.items()},
-            "final": history[-1] if history else {},
-            "lambda_per_tau_bin": np.round(lambdas, 4).tolist(),
-        },
-        data=DataRecord(
-            paths=[str(Path(p).resolve()) for p in config.data],
-            sha256=data.sha256 or data.content_hash(),
-            source=data.source,
-            n_rows=len(data),
-            split={k: int(len(v)) for k, v in parts.items()},
-            split_method=data.split_method,
-            split_seed=config.seed,
-            prices=read_price_file(config.prices),
-            skip_contaminated=config.skip_contaminated,
-            **bandit_record,
+        training=training_record(config, device, timings, history, lambdas),
+        data=data_record(config, data, parts, off_policy, init_manifest),
+        metrics=validation_metrics(
+            val_bce, val_scores, policy_taus, val_curve, oof_curve, calibration_acc, pooled, extra, data.models, off_policy
         ),
-        metrics={
-            "val_bce": round(val_bce, 5),
-            "val_best_single_accuracy": round(best_single_accuracy(val_scores), 4),
-            "val_oracle_accuracy": round(oracle_accuracy(val_scores), 4),
-            "val_curve": {
-                "policy_tau": policy_taus.tolist(),
-                "accuracy": np.round(val_curve.accuracy, 4).tolist(),
-                "mu_mean": np.round(val_curve.mu_mean, 4).tolist(),
-                "cost_usd": np.round(val_curve.cost_usd, 8).tolist(),
-                "train_oof_accuracy": np.round(oof_curve.accuracy, 4).tolist(),
-                "calibration_accuracy": np.round(calibration_acc, 4).tolist(),
-                "calibration_cost_usd": np.round(pooled.cost_usd, 8).tolist(),
-            },
-            "operating_point_candidates": [
-                {"rule": c.rule.label(data.models), "policy_tau": c.policy_tau, "accuracy": round(c.accuracy, 4),
-                 "cost_usd": float(f"{c.cost_usd:.6g}")}
-                for c in extra
-            ],
-            **({} if off_policy is None else {"off_policy_curve": off_policy.estimates}),
-        },
         package_version=__version__,
     )
     # The encoder goes in first: save_artifact records its files' hashes in the manifest.
