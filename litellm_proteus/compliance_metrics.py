@@ -106,7 +106,8 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict
         if every_s and now - _exported.get(state_key, -every_s) < every_s:
             return None
         _exported[state_key] = now
-    snapshot = controller.snapshot(state_key) if controller is not None else local_snapshot(state_key)
+    live = controller is not None and controller.settings.enabled  # a disabled controller records nothing
+    snapshot = controller.snapshot(state_key) if live else local_snapshot(state_key)
     g = gauges()
     if g is not None:
         for gauge, field in ((g.predicted, "p_mean"), (g.realised, "realised_mean")):

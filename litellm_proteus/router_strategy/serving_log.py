@@ -51,6 +51,12 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
         return _logs[key]
 
 
+def record_gauges(strategy: Any, state_key: str, p_chosen: float) -> None:
+    """The compliance gauges of one decision (they read the controller's snapshot: maybe Redis)."""
+    compliance_metrics.record_decision(state_key, p_chosen)
+    compliance_metrics.export(state_key, getattr(strategy, "compliance", None), compliance_metrics.EXPORT_EVERY_S)
+
+
 def log_routed(
     strategy: Any,
     request_kwargs: dict,
@@ -61,12 +67,10 @@ def log_routed(
     request: ProteusRequest,
     control: Control,
 ) -> None:
-    """Record one PROTEUS decision: decision log (when configured) and compliance gauges."""
+    """Record one PROTEUS decision in the decision log (when configured)."""
     decision = routed.decision
     state_key = control.state_key
     p = [float(x) for x in decision.p]
-    compliance_metrics.record_decision(state_key, p[decision.index])
-    compliance_metrics.export(state_key, getattr(strategy, "compliance", None), compliance_metrics.EXPORT_EVERY_S)
     if strategy.decision_log is None:
         return
     # The proxy sets litellm_call_id before routing (retries share it); a Router SDK call without

@@ -282,7 +282,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             )
         tier = await self._tier(request)
         resolution = resolve_tau(self.config, request.tau, tier)
-        control = self._control(resolution)
+        control = await self._off_loop(self._control, resolution)
         routed = await self.batcher.submit(
             DecisionRequest(
                 request.text, request.messages, resolution.tau, scored, control.delta,
@@ -290,7 +290,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             )
         )
         decision = routed.decision
-        self.compliance.record_decision(control.state_key, decision.tau_effective, decision.p[decision.index], max(decision.p))
+        await self._off_loop(self._record_decision, control, decision)
         chosen = scored[decision.index]
         record = DecisionRecord(
             model_group=model,
@@ -330,6 +330,18 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             decision_record["state_key"], decision_record["tau"], chosen_p(decision_record), score
         )
         serving_log.on_feedback(self, decision_record, score)
+
+    async def _off_loop(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread when the controller shares its state through Redis (a
+        blocking client: a slow Redis must not stall the event loop), else here (in-memory, fast)."""
+        if self.compliance.redis is None:
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
+
+    def _record_decision(self, control: Control, decision: Any) -> None:
+        p_chosen = float(decision.p[decision.index])
+        self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, max(decision.p))
+        serving_log.record_gauges(self, control.state_key, p_chosen)
 
     def _control(self, resolution: TauResolution) -> Control:
         """The compliance controller's offset for this request's state (tier, or tau bucket)."""

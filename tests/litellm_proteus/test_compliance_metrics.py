@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import REGISTRY
 
 from litellm_proteus import compliance_metrics as cm
+from litellm_proteus.compliance import ComplianceSettings
 
 
 def sample(name: str, state_key: str) -> float | None:
@@ -32,8 +34,9 @@ def test_local_windows_feed_the_gauges():
 class SnapshotOnly:
     """The compliance controller's read side (``ComplianceController.snapshot``)."""
 
-    def __init__(self, snapshot: dict):
+    def __init__(self, snapshot: dict, enabled: bool = True):
         self._snapshot = snapshot
+        self.settings = ComplianceSettings(enabled=enabled)
 
     def snapshot(self, state_key: str) -> dict:
         return dict(self._snapshot)
@@ -50,3 +53,11 @@ def test_the_controllers_snapshot_wins_and_decisions_refresh_at_most_every_inter
     assert sample("proteus_delta", key) == 0.03
     assert cm.export(key, controller)["delta"] == 0.05  # feedback refreshes at once
     assert sample("proteus_delta", key) == 0.05
+
+
+def test_a_disabled_controller_leaves_the_gauges_to_this_process_window():
+    key = "tier:test-disabled"
+    cm.record_decision(key, 0.8)
+    disabled = SnapshotOnly({"n": 99, "p_mean": 0.1, "delta": 0.3}, enabled=False)
+    snapshot = cm.export(key, disabled)
+    assert snapshot["p_mean"] == pytest.approx(0.8) and snapshot.get("delta", 0.0) == 0.0
