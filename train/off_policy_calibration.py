@@ -63,7 +63,7 @@ def off_policy_calibration(
     """``emb`` / ``p`` / ``rows`` / ``costs_usd``: the calibration rows (validation with the head's
     predictions, training rows with out-of-fold predictions)."""
     choices, mus = policy_choices(model, emb, costs_usd, normalizer, policy_taus, tau_range, p)
-    q = p.numpy().astype(np.float64)
+    q = p.cpu().numpy().astype(np.float64)
     index = np.arange(len(q))
     estimates, lower, points, costs = [], [], [], []
     for choice in choices:

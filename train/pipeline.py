@@ -139,7 +139,7 @@ def operating_point_candidates(
         centroids = kmeans(embeddings[train_idx], config.calibration_clusters, config.seed)
         ladders = cluster_ladders(embeddings[train_idx], scores[train_idx], costs[train_idx], centroids)
     val_rows = CalibrationRows(embeddings[val_idx], scores[val_idx], costs[val_idx], val_p)
-    train_rows = CalibrationRows(embeddings[train_idx], scores[train_idx], costs[train_idx], p_oof.numpy())
+    train_rows = CalibrationRows(embeddings[train_idx], scores[train_idx], costs[train_idx], p_oof.cpu().numpy())
     boost = model.boost.detach().cpu().numpy()
     extra += rule_points([val_rows, train_rows], boost, centroids, ladders, val_rows, config.calibration_val_slack)
     return extra, centroids

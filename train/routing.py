@@ -44,12 +44,16 @@ def route_log(
     *,
     calibrated: bool = True,
     draws: np.ndarray | None = None,
+    candidates: np.ndarray | None = None,
     batch_size: int = 4096,
 ) -> RouteResult:
     """Route every row at ``tau`` (scalar or per-row) exactly as the runtime would (lambda = 1).
 
     ``draws``: each row's ``mixing_draw`` of its prompt, as the proxy computes it; without them every
-    row routes at the single calibrated policy tau that meets its tau alone."""
+    row routes at the single calibrated policy tau that meets its tau alone.  ``candidates``: [N, K]
+    booleans, the slots each row may route to (default: every slot, as in a full-information log);
+    the policy and every operating-point rule choose among them only, as the proxy does among live
+    deployments."""
     model.eval()
     n = len(embeddings)
     taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), (n,))
@@ -63,6 +67,7 @@ def route_log(
     tau_norm = np.array([manifest.tau_norm(t) for t, _ in points], dtype=np.float32)
     rules = [rule for _, rule in points]
     filled = fill_missing_costs(costs_usd)
+    allowed = np.ones(filled.shape, dtype=bool) if candidates is None else np.asarray(candidates, dtype=bool)
     cost_norm = manifest.cost_normalizer.normalize(filled)
     boost = model.boost.detach().cpu().numpy()
     device = next(model.parameters()).device
@@ -73,14 +78,14 @@ def route_log(
             torch.as_tensor(embeddings[sl], dtype=torch.float32, device=device),
             torch.as_tensor(tau_norm[sl], device=device),
             torch.as_tensor(cost_norm[sl], device=device),
+            mask=torch.as_tensor(allowed[sl], device=device),
             lam=INFERENCE_LAMBDA,
         )
-        # Every slot is a live candidate offline; the operating point's rule picks as the proxy's does.
+        # The operating point's rule picks among the allowed slots as the proxy's does among live ones.
         p, width = out.p.cpu().numpy(), filled.shape[1]
         slots = np.broadcast_to(np.arange(width), p.shape)
         picked = apply_rules(
-            rules[sl], p, np.broadcast_to(boost, p.shape), slots, filled[sl], np.ones(p.shape, dtype=bool),
-            embeddings[sl], mapper.centroids,
+            rules[sl], p, np.broadcast_to(boost, p.shape), slots, filled[sl], allowed[sl], embeddings[sl], mapper.centroids,
         )
         choices.append(np.where(picked != NO_CHOICE, picked, out.choice.cpu().numpy()))
         mus.append(out.mu.cpu().numpy())

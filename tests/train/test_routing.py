@@ -61,3 +61,24 @@ def test_route_log_rejects_misaligned_draws(make_artifact):
     model, manifest = load_artifact(make_artifact(calibration=CALIBRATION))
     with pytest.raises(ValueError, match="draws has 2 rows for 3"):
         route_log(model, manifest, np.zeros((3, 384), np.float32), np.ones((3, len(manifest.models))), 0.8, draws=np.zeros(2))
+
+
+def test_route_log_chooses_among_each_rows_candidates_as_the_runtime_does(tau_sensitive_artifact):
+    """A decision log knows only some slots per request: offline routing never picks another, and
+    picks what the runtime picks among the same live candidates."""
+    model, manifest = load_artifact(tau_sensitive_artifact)
+    predictor = ProteusPredictor(tau_sensitive_artifact, device="cpu")
+    rng = np.random.default_rng(2)
+    n, k = 200, len(manifest.models)
+    embeddings = rng.normal(size=(n, 384)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    costs = 10 ** rng.uniform(-5, -2, size=(n, k))
+    taus = rng.uniform(0.7, 0.9, n)
+    free = route_log(model, manifest, embeddings, costs, taus).choice
+    allowed = np.ones((n, k), dtype=bool)
+    allowed[np.arange(n), free] = False  # take away each row's unconstrained choice
+    offline = route_log(model, manifest, embeddings, np.where(allowed, costs, np.nan), taus, candidates=allowed)
+    assert allowed[np.arange(n), offline.choice].all()
+    live = [[Candidate(slot, float(costs[i, slot])) for slot in np.flatnonzero(allowed[i])] for i in range(n)]
+    online = predictor.decide_embeddings(embeddings, taus.tolist(), live)
+    assert offline.choice.tolist() == [d.slot for d in online]

@@ -121,7 +121,7 @@ class ProteusRouter(Router):
         """Routing at mu = 1, where eq. 2 loses its cost term: argmax_i p_i(x) + b_i."""
         # p_i(x) does not depend on tau: any tau in range gives it
         p = route_log(self.model, self.manifest, emb, costs, self.manifest.tau_range[1]).p
-        return (p + self.model.boost.detach().numpy()).argmax(axis=1)
+        return (p + self.model.boost.detach().cpu().numpy()).argmax(axis=1)
 
 
 def tau_grid(lo: float, hi: float, step: float) -> np.ndarray:

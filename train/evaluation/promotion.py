@@ -41,11 +41,10 @@ def artifact_estimates(artifact: str, log_dir: str, cache_dir: str | None, devic
         warnings.simplefilter("ignore")  # unlabelled requests dropped: counted in the provenance
         data = load_logs(log_dir, format="decision-log").with_models(manifest.models)
     emb = artifact_encoder(manifest.encoder, Path(artifact), cache_dir, device, precision="fp32").encode(data.prompts, progress=False)
-    # slots that were not candidates of a request cost +inf there, so the artifact never picks them
-    costs = np.where(np.isfinite(data.costs), data.costs, np.inf)
     tau = np.where(np.isfinite(data.logged_tau), data.logged_tau, manifest.tau_range[0])
-    routed = route_log(model, manifest, emb, np.where(np.isinf(costs), 1e3, costs), tau,
-                       draws=np.array([mixing_draw(p) for p in data.prompts]))
+    # a slot that was not a candidate of a request (no logged cost) is never routed to there
+    routed = route_log(model, manifest, emb, data.costs, tau, draws=np.array([mixing_draw(p) for p in data.prompts]),
+                       candidates=np.isfinite(data.costs))
     choice = routed.choice
     rows = BanditRows(data.scores, data.logged_choice, data.propensity)
     tiers = np.asarray(data.task if data.task is not None else [""] * len(data), dtype=object)
