@@ -16,21 +16,19 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from litellm_proteus.compliance import realised_bounds
 from litellm_proteus.decision_log import LoggedDecision, chosen_p, join_log
 
-Z95 = 1.959963984540054
 DELTA_SEGMENTS = 4
 
 
-def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion (fractional scores count as fractional successes)."""
+def wilson_interval(successes: float, n: int) -> tuple[float, float]:
+    """The controller's Wilson 95 % interval (``compliance.realised_bounds``), clipped to [0, 1];
+    fractional scores count as fractional successes."""
     if n <= 0:
         return (math.nan, math.nan)
-    phat = successes / n
-    denominator = 1 + z * z / n
-    centre = (phat + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n)) / denominator
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    _, lower, upper = realised_bounds(n, successes)
+    return (max(0.0, lower), min(1.0, upper))
 
 
 @dataclass

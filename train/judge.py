@@ -15,12 +15,14 @@ in DIR.  An answer whose score cannot be parsed is counted as unscored, never gu
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
 import time
 from pathlib import Path
+
+from litellm_proteus.decision_log import feedback_record
+from litellm_proteus.predictor import mixing_draw
 
 RUBRIC = (
     "You grade one answer of an AI assistant.  Decide only whether the answer correctly and completely does what "
@@ -48,8 +50,8 @@ def parse_score(text: str | None) -> float | None:
 
 
 def sampled(call_id: str, share: float, seed: int) -> bool:
-    digest = hashlib.blake2b(f"{seed}:{call_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64 < share
+    """A seeded hash share of the calls (the proxy's prompt-hash draw, on the call id)."""
+    return mixing_draw(f"{seed}:{call_id}") < share
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -115,8 +117,7 @@ def judge(args: argparse.Namespace) -> dict:
         if score is None:
             unscored += 1
         else:
-            scored.append({"schema": 1, "type": "feedback", "call_id": call_id, "ts": time.time(), "score": score,
-                           "source": "judge"})
+            scored.append(feedback_record(call_id, score, "judge"))
     path = None
     if scored:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

@@ -35,15 +35,15 @@ def encoder_spec(config: TrainConfig, embed_dim: int, static_dir: Path | None, i
     )
 
 
-def average_tokens(data: RoutingLog, tokens: np.ndarray | None, rows: np.ndarray, default: float) -> dict[str, float]:
-    """Mean tokens per slot over ``rows`` (``data`` is already those rows); ``default`` where unknown."""
+def average_tokens(models: list[str], tokens: np.ndarray | None, rows: np.ndarray, default: float) -> dict[str, float]:
+    """Mean tokens per slot over ``rows``; ``default`` where unknown."""
     if tokens is None:
-        return {m: default for m in data.models}
+        return {m: default for m in models}
     values = np.asarray(tokens, dtype=np.float64)[rows]
     if values.ndim == 1:
-        values = np.repeat(values[:, None], len(data.models), axis=1)
+        values = np.repeat(values[:, None], len(models), axis=1)
     means = np.nanmean(np.where(np.isfinite(values), values, np.nan), axis=0)
-    return {m: float(v) if np.isfinite(v) else default for m, v in zip(data.models, means)}
+    return {m: float(v) if np.isfinite(v) else default for m, v in zip(models, means)}
 
 
 def training_record(config: TrainConfig, device: str, timings: dict, history: list, lambdas: np.ndarray) -> dict[str, Any]:

@@ -150,12 +150,12 @@ def train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     # The heads are tiny: thread synchronisation costs more than it saves (measured 30 ms vs 350 ms
     # per PPO batch on 2 busy cores).  The encoder, which has real matmuls, keeps all threads.
     try:
-        return _train(config, out_dir, threads)
+        return _train(config, out_dir)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int) -> Manifest:
+def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     started = time.perf_counter()
     set_determinism(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -311,8 +311,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike, encoder_threads: int
         tau_range=declared,
         tau_train_range=tau_range,
         cost_normalization=normalizer.to_dict(),
-        avg_input_tokens=average_tokens(data.subset(train_idx), data.input_tokens, train_idx, 500.0),
-        avg_output_tokens=average_tokens(data.subset(train_idx), data.output_tokens, train_idx, 256.0),
+        avg_input_tokens=average_tokens(data.models, data.input_tokens, train_idx, 500.0),
+        avg_output_tokens=average_tokens(data.models, data.output_tokens, train_idx, 256.0),
         calibration=calibration,
         p_calibration=p_calibration,
         training=training_record(config, device, timings, history, lambdas),
