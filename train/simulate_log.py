@@ -13,7 +13,6 @@ seconds (uniform 0..delay) after the decision.  Output: decision-log JSONL in sc
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 import yaml
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+from litellm_proteus.decision_log import LoggedCandidate, decision_record, feedback_record, log_file_name, outcome_record
 from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
 
@@ -101,29 +101,26 @@ def simulate(args: argparse.Namespace) -> dict:
         explored += int(step.index != routed.choice[r])
         policy_cost += costs[rows[r], routed.choice[r]]
         chosen_cost += costs[i, step.index]
-        candidates = [{"deployment_id": f"sim-{j}", "slot": j, "model": m, "cost_usd": float(costs[i, j]), "p": round(p[j], 6)}
-                      for j, m in enumerate(manifest.models)]
-        records.append((ts, {
-            "schema": 1, "type": "decision", "call_id": call_id, "ts": ts, "key_hash": None,
-            "tier": tier_names[tier_of[r]], "tau_source": "tier", "state_key": f"tier:{tier_names[tier_of[r]]}",
-            "tau_requested": None, "tau_effective": float(taus[r]), "delta": 0.0, "mu": float(routed.mu[r]),
-            "model_group": "proteus-auto", "candidates": candidates, "chosen": step.index,
-            "propensity": step.propensity, "prompt_sha256": hashlib.sha256(prompts[r].encode("utf-8", "surrogatepass")).hexdigest(),
-            "prompt": prompts[r], "artifact": weights_sha,
-        }))
-        records.append((ts + 0.5, {"schema": 1, "type": "outcome", "call_id": call_id, "ts": ts + 0.5, "success": True,
-                                   "response_cost": float(costs[i, step.index]), "latency_ms": 500.0, "error": None}))
+        tier = tier_names[tier_of[r]]
+        candidates = [LoggedCandidate(f"sim-{j}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
+        records.append((ts, decision_record(
+            call_id=call_id, key_hash=None, tier=tier, tau_source="tier", state_key=f"tier:{tier}", tau=float(taus[r]),
+            tau_requested=None, tau_effective=float(taus[r]), delta=0.0, mu=float(routed.mu[r]), model_group="proteus-auto",
+            candidates=candidates, chosen=step.index, propensity=step.propensity, prompt=prompts[r], artifact=weights_sha,
+            log_prompt=True, ts=ts,
+        )))
+        records.append((ts + 0.5, outcome_record(
+            call_id=call_id, success=True, response_cost=float(costs[i, step.index]), latency_ms=500.0, error=None, ts=ts + 0.5,
+        )))
         score = data.scores[i, step.index]
         if rng.random() < args.label_share and np.isfinite(score):
             labelled += 1
             fts = ts + float(rng.uniform(0, args.delay_s))
-            records.append((fts, {"schema": 1, "type": "feedback", "call_id": call_id, "ts": fts, "score": float(score),
-                                  "source": "simulation"}))
+            records.append((fts, feedback_record(call_id, float(score), "simulation", ts=fts)))
     records.sort(key=lambda item: item[0])
     for part, start in enumerate(range(0, len(records), args.rotate)):
         chunk = records[start:start + args.rotate]
-        stamp = np.datetime_as_string(np.datetime64(int(chunk[0][0]), "s")).replace("-", "").replace(":", "")
-        with open(out / f"decisions-{stamp}-{os.getpid()}-{part}.jsonl", "w", encoding="utf-8") as handle:
+        with open(out / log_file_name(os.getpid(), part, chunk[0][0]), "w", encoding="utf-8") as handle:
             for _, record in chunk:
                 handle.write(json.dumps(record) + "\n")
     return {"out": str(out), "requests": n, "labelled": labelled, "explored": explored, "tiers": tiers,
