@@ -86,6 +86,14 @@ class BanditRows:
         exact = np.nan_to_num(self.scores[rows, choice], nan=q[rows, choice])  # full-information rows
         return np.where(bandit, terms, exact), match
 
+    def observed_scores(self, choice: np.ndarray) -> np.ndarray:
+        """The full-information rows' scores of the policy's choice, where that slot was scored: an
+        unbiased sample of the policy's accuracy without the head (shadow rows are drawn at random,
+        and so are the candidates they call)."""
+        full = self.logged_choice < 0
+        values = self.scores[np.arange(len(choice)), choice][full]
+        return values[np.isfinite(values)]
+
     def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:
         terms, match = self.dr_terms(choice, q)
         n = len(terms)

@@ -116,7 +116,7 @@ def simulate(args: argparse.Namespace) -> dict:
     shadows: list[dict] = []
     shadow_rng = np.random.default_rng([args.seed, 1])  # its own stream: the log is the same for every share
     explored = labelled = 0
-    policy_cost = chosen_cost = 0.0
+    policy_cost = chosen_cost = other_cost = 0.0
     for r in range(n):
         i, ts = int(rows[r]), args.start_ts + r * args.interval_s
         call_id = f"sim-{args.seed}-{r}"
@@ -125,6 +125,7 @@ def simulate(args: argparse.Namespace) -> dict:
         explored += int(step.index != routed.choice[r])
         policy_cost += costs[rows[r], routed.choice[r]]
         chosen_cost += costs[i, step.index]
+        other_cost += float(np.delete(costs[i], step.index).mean())  # a shadow call to one other candidate
         tier = tier_names[tier_of[r]]
         candidates = [LoggedCandidate(f"sim-{j}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
         records.append((ts, decision_record(
@@ -160,4 +161,5 @@ def simulate(args: argparse.Namespace) -> dict:
             handle.writelines(json.dumps(row) + "\n" for row in chunk)
     return {"out": str(out), "requests": n, "labelled": labelled, "explored": explored, "shadow_rows": len(shadows),
             "tiers": tiers,
-            "exploration_cost_overhead": round(chosen_cost / policy_cost - 1, 6) if policy_cost else 0.0}
+            "exploration_cost_overhead": round(chosen_cost / policy_cost - 1, 6) if policy_cost else 0.0,
+            "other_candidate_cost_ratio": round(other_cost / chosen_cost, 6) if chosen_cost else 0.0}
