@@ -28,7 +28,7 @@ MIXTRAL_PRICE = 6.0e-7  # per token, input and output
 JUDGE_PRICE = 1.0e-6
 SHADOW_CALL_USD = 2000 * MIXTRAL_PRICE  # 0.0012
 JUDGE_CALL_USD = 2000 * JUDGE_PRICE  # 0.002
-BUDGET_USD = 0.02
+BUDGET_USD = 0.025
 
 
 class Upstream:
@@ -192,6 +192,19 @@ def test_client_gets_the_served_answer_and_a_shadow_row_scores_every_called_mode
     assert upstream.mixtral_calls == 2 and counter(shadow_proxy, "proteus_shadow_calls_total", kind="judge", outcome="ok") == 2
 
 
+def test_a_streamed_response_is_shadowed_once_the_stream_is_complete(shadow_proxy, upstream):
+    body = {"model": "proteus-auto", "stream": True, "metadata": {"tau": 0.9},
+            "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    with httpx.stream("POST", shadow_proxy.base + "/v1/chat/completions", json=body,
+                      headers={"Authorization": "Bearer sk-alice"}, timeout=60) as response:
+        text = "".join(response.iter_text())
+        assert response.status_code == 200
+        call_id = response.headers["x-litellm-call-id"]
+    assert "[DONE]" in text
+    row = wait_for(lambda: shadow_rows(shadow_proxy).get(call_id))
+    assert row["gpt-4-1106-preview"] == 1.0 and row["mistralai/mixtral-8x7b-chat"] == 0.0  # the served text was judged
+
+
 def test_a_failing_shadow_upstream_leaves_the_client_untouched(shadow_proxy, upstream):
     upstream.mode = "error"
     errors = counter(shadow_proxy, "proteus_shadow_calls_total", kind="candidate", outcome="error")
@@ -229,8 +242,8 @@ def test_after_the_daily_budget_is_spent_no_shadow_call_happens(shadow_proxy, up
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     key = f"proteus:shadow:spend:{utc_day()}"
     spent = lambda: float(client.get(key) or 0.0)  # noqa: E731
-    # so far: 3 answered shadow calls, 1 failed one (no cost), 7 judge calls
-    assert spent() == pytest.approx(3 * SHADOW_CALL_USD + 7 * JUDGE_CALL_USD)
+    # so far: 4 answered shadow calls, 1 failed one (no cost), 9 judge calls
+    assert spent() == pytest.approx(4 * SHADOW_CALL_USD + 9 * JUDGE_CALL_USD)
     for _ in range(10):  # bounded: 0.0052 USD a request
         if spent() >= BUDGET_USD:
             break
@@ -245,4 +258,4 @@ def test_after_the_daily_budget_is_spent_no_shadow_call_happens(shadow_proxy, up
     assert wait_for(lambda: counter(shadow_proxy, "proteus_shadow_skipped_total", reason="budget") >= skipped + 3)
     assert upstream.mixtral_calls == calls and len(shadow_rows(shadow_proxy)) == rows
     assert counter(shadow_proxy, "proteus_shadow_budget_spent_usd") == pytest.approx(spent())
-    assert "daily budget of 0.0200 USD spent" in shadow_proxy.log()
+    assert "daily budget of 0.0250 USD spent" in shadow_proxy.log()
