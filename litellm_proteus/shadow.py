@@ -47,6 +47,7 @@ from .shadow_settings import ShadowSettings
 
 logger = logging.getLogger("litellm_proteus.shadow")
 WARN_EVERY_S = 60.0
+SHADOW_METADATA_KEY = "proteus_shadow_of"  # metadata of shadow and judge calls: never shadowed themselves
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,16 @@ class ShadowEvaluator:
             self.pending.pop(call_id, None)
 
     def answered(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup) -> asyncio.Task | None:
-        """The client's response for ``call_id`` is complete: start its shadow job in the background."""
+        """The client's response for ``call_id`` is complete: start its shadow job in the background
+        (never raises: it runs in LiteLLM's success callback)."""
+        try:
+            return self._start(call_id, response, judge, lookup)
+        except Exception as exc:
+            shadow_metrics.record_skip("error")
+            self._warnings.warn("start", "PROTEUS shadow: cannot start the job for %s: %s", call_id, _short(exc))
+            return None
+
+    def _start(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup) -> asyncio.Task | None:
         with self._lock:
             job = self.pending.pop(call_id, None)
         if job is None:
@@ -141,10 +151,11 @@ class ShadowEvaluator:
             self._warnings.warn("busy", "PROTEUS shadow: %d jobs running (max_in_flight); skipping sampled requests",
                                 len(self.tasks))
             return None
+        loop = asyncio.get_running_loop()
         served_cost = call_cost(response, job.candidates[job.served].deployment)
         coroutine = self.run(job, response_text(response), served_cost, judge, lookup)
         # a fresh context: nothing of the callback's (LiteLLM's callback deadline) reaches the job
-        task = asyncio.get_running_loop().create_task(coroutine, context=contextvars.Context())
+        task = loop.create_task(coroutine, context=contextvars.Context())
         self.tasks.add(task)  # referenced until done: the loop holds tasks weakly
         task.add_done_callback(self.tasks.discard)
         return task
@@ -196,7 +207,7 @@ class ShadowEvaluator:
         try:
             response = await asyncio.wait_for(
                 completion(**{**params, "messages": job.messages, "num_retries": 0, "timeout": self.settings.timeout_s,
-                              "metadata": {"proteus_shadow_of": job.call_id}}),
+                              "metadata": {SHADOW_METADATA_KEY: job.call_id}}),
                 self.settings.timeout_s,
             )
         except Exception as exc:  # an upstream error or timeout: this candidate stays unscored
@@ -213,7 +224,7 @@ class ShadowEvaluator:
             reply = await asyncio.wait_for(
                 judge(model=self.settings.judge_model, messages=judge_messages(job.prompt, answer), temperature=0,
                       max_tokens=self.settings.judge_max_tokens, num_retries=0, timeout=self.settings.timeout_s,
-                      metadata={"proteus_shadow_of": job.call_id}),
+                      metadata={SHADOW_METADATA_KEY: job.call_id}),
                 self.settings.timeout_s,
             )
         except Exception as exc:

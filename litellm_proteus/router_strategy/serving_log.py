@@ -32,13 +32,12 @@ from ..engine import Routed, ScoredDeployment, TauResolution
 from ..request import METADATA_KEYS, ProteusRequest
 from ..tiers import hash_key
 from ..feedback import FeedbackDesk
-from ..shadow import ShadowEvaluator, ShadowJob, job_candidates, response_text
+from ..shadow import SHADOW_METADATA_KEY, ShadowEvaluator, ShadowJob, job_candidates, response_text
 from ..shadow_budget import DailyBudget
 
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
 _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
-SHADOW_METADATA_KEY = "proteus_shadow_of"  # on shadow and judge calls: never shadowed themselves
 
 
 def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:

@@ -119,3 +119,14 @@ def test_shadow_is_off_by_default():
     assert not ProteusConfig.parse({}).shadow.enabled
     config = ProteusConfig.parse({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"premium": 0.0}}})
     assert config.shadow.rate_for("premium") == 0.0 and config.shadow.rate_for("economy") == 0.25
+
+
+def test_a_job_that_cannot_start_is_counted_never_raised(tmp_path):
+    shadow = evaluator(tmp_path)
+    candidates, served = job_candidates(["A", "B"], [{"litellm_params": {}}, {"litellm_params": {}}], [1e-3, 2e-3], 0)
+    shadow.offer(ShadowJob("c1", "q", [{"role": "user", "content": "q"}], "standard", candidates, served))
+    before = shadow_metrics.snapshot().get("skipped:error", 0)
+    # outside an event loop (a sync callback): no task can be created
+    assert shadow.answered("c1", None, judge=None, lookup=lambda _: None) is None
+    assert shadow_metrics.snapshot()["skipped:error"] == before + 1 and "c1" not in shadow.pending
+    assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None) is None  # not sampled: nothing to do
