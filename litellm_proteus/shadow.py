@@ -97,15 +97,13 @@ DeploymentLookup = Callable[[str], Mapping[str, Any] | None]
 
 
 class ShadowEvaluator:
-    """One per process and configuration.  ``completion``: how a shadow candidate is called
-    (``litellm.acompletion``); ``rng``: the sampling and candidate draws."""
+    """One per process and configuration.  ``rng``: the sampling and candidate draws."""
 
     def __init__(self, settings: ShadowSettings, log_dir: str, max_bytes: int, max_files: int, budget: DailyBudget,
-                 completion: Callable[..., Awaitable[Any]] | None = None, rng: random.Random | None = None):
+                 rng: random.Random | None = None):
         self.settings = settings
         self.budget = budget
         self.files = RotatingJsonl(log_dir, max_bytes, max_files, prefix=SHADOW_PREFIX)
-        self._completion = completion
         self.rng = rng or random.Random()
         self.pending: OrderedDict[str, ShadowJob] = OrderedDict()
         self.tasks: set[asyncio.Task] = set()
@@ -203,10 +201,9 @@ class ShadowEvaluator:
         import litellm
 
         params = dict(candidate.deployment.get("litellm_params") or {})
-        completion = self._completion or litellm.acompletion
         try:
             response = await asyncio.wait_for(
-                completion(**{**params, "messages": job.messages, "num_retries": 0, "timeout": self.settings.timeout_s,
+                litellm.acompletion(**{**params, "messages": job.messages, "num_retries": 0, "timeout": self.settings.timeout_s,
                               "metadata": {SHADOW_METADATA_KEY: job.call_id}}),
                 self.settings.timeout_s,
             )
