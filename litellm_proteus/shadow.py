@@ -63,6 +63,7 @@ class ShadowJob:
     prompt: str
     messages: list[dict[str, Any]]
     tier: str
+    tau: float  # tau_effective of the decision
     candidates: list[ShadowCandidate]  # one per slot, the served one included
     served: int  # index into candidates
 
@@ -191,7 +192,7 @@ class ShadowEvaluator:
         if not any(v is not None for v in scores.values()):
             shadow_metrics.record_skip("unscored")
             return None
-        row = shadow_row(call_id=job.call_id, prompt=job.prompt, tier=job.tier, models=[c.model for c in job.candidates],
+        row = shadow_row(call_id=job.call_id, prompt=job.prompt, tier=job.tier, tau=job.tau, models=[c.model for c in job.candidates],
                          scores=scores, costs=costs, served=served.model)
         await asyncio.to_thread(self._write, row)
         shadow_metrics.record_row()

@@ -3,7 +3,7 @@
 A row holds the request's prompt and, for every candidate model of its decision, a score column
 ``<model>`` (the judge's score; ``null`` for a candidate that was not called or whose judge answer
 did not parse) and a cost column ``<model>|total_cost`` (the call's USD cost when it was called,
-else the decision's estimate).  ``shadow_of`` (the served call's ``call_id``) marks the row as a
+else the decision's estimate); ``tau`` is the tau the request was served at (``tau_effective``).  ``shadow_of`` (the served call's ``call_id``) marks the row as a
 shadow row, which is how ``proteus train --data DIR`` tells it from a RouterBench file and reads it
 with the decision log beside it (``train/data/decision_log.py``).  Files:
 ``DIR/shadow-<UTC yyyymmddTHHMMSS>-<pid>-<n>.jsonl``, rotated like the decision log's.
@@ -25,6 +25,7 @@ def shadow_row(
     call_id: str,
     prompt: str,
     tier: str,
+    tau: float,
     models: Sequence[str],
     scores: Mapping[str, float | None],
     costs: Mapping[str, float | None],
@@ -39,6 +40,7 @@ def shadow_row(
         "ts": time.time() if ts is None else ts,
         "prompt": prompt,
         "eval_name": tier,
+        "tau": tau,
         "served": served,
     }
     for model in models:  # score columns first: the wide format's model order is theirs

@@ -145,7 +145,7 @@ def simulate(args: argparse.Namespace) -> dict:
         if shadow_rng.random() < args.shadow_share:
             known = lambda v: float(v) if np.isfinite(v) else None  # noqa: E731
             shadows.append(shadow_row(
-                call_id=call_id, prompt=prompts[r], tier=tier, models=manifest.models, served=manifest.models[step.index],
+                call_id=call_id, prompt=prompts[r], tier=tier, tau=float(taus[r]), models=manifest.models, served=manifest.models[step.index],
                 scores={m: known(data.scores[i, j]) for j, m in enumerate(manifest.models)},
                 costs={m: known(costs[i, j]) for j, m in enumerate(manifest.models)}, ts=ts + 1.0,
             ))

@@ -130,7 +130,7 @@ def log_routed(
         candidates, served = job_candidates([slots[c.slot] for c in scored], [c.deployment for c in scored],
                                             routed.costs_usd, decision.index)
         shadow.offer(ShadowJob(record["call_id"], request.text, [dict(m) for m in request.messages], resolution.tier,
-                               candidates, served))
+                               float(decision.tau_effective), candidates, served))
 
 
 def _is_shadow_call(request_kwargs: dict) -> bool:

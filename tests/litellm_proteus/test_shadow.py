@@ -79,7 +79,7 @@ def test_sampling_follows_the_tier_rate(tmp_path):
 
 
 def job(call_id: str) -> ShadowJob:
-    return ShadowJob(call_id, "q", [{"role": "user", "content": "q"}], "standard", [], 0)
+    return ShadowJob(call_id, "q", [{"role": "user", "content": "q"}], "standard", 0.85, [], 0)
 
 
 def test_pending_requests_are_bounded_and_the_oldest_are_counted(tmp_path):
@@ -124,7 +124,7 @@ def test_shadow_is_off_by_default():
 def test_a_job_that_cannot_start_is_counted_never_raised(tmp_path):
     shadow = evaluator(tmp_path)
     candidates, served = job_candidates(["A", "B"], [{"litellm_params": {}}, {"litellm_params": {}}], [1e-3, 2e-3], 0)
-    shadow.offer(ShadowJob("c1", "q", [{"role": "user", "content": "q"}], "standard", candidates, served))
+    shadow.offer(ShadowJob("c1", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served))
     before = shadow_metrics.snapshot().get("skipped:error", 0)
     # outside an event loop (a sync callback): no task can be created
     assert shadow.answered("c1", None, judge=None, lookup=lambda _: None) is None

@@ -25,7 +25,7 @@ seen, by slot index (``--init`` re-orders them to the initial artifact's slots).
 Shadow rows (``litellm_proteus.shadow_rows``: wide-format JSONL with a ``shadow_of`` column, written
 beside the decision log by the proxy's shadow evaluation) are read with it as *full-information*
 rows: every judged candidate's score, ``propensity`` NaN and ``logged_choice`` -1 (no logging
-policy to correct for), split by prompt hash like the decisions.  Their models join the slot list.
+policy to correct for), ``logged_tau`` their ``tau``, split by prompt hash like the decisions.  Their models join the slot list.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import pandas as pd
 
 from litellm_proteus.shadow_rows import SHADOW_OF
 
-from .common import LoadOptions, Table, concat_logs, estimate_tokens
+from .common import LoadOptions, Table, concat_logs, estimate_tokens, numeric_column
 from .logs import RoutingLog
 from .routerbench import table_log
 
@@ -154,7 +154,13 @@ def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
 
 def shadow_log(tables: list[Table]) -> RoutingLog:
     """Shadow rows (full information, no logging policy) with a prompt-hash split."""
-    parts = [table_log(t) for t in tables]
+    parts = []
+    for table in tables:
+        part = table_log(table)
+        n = len(part)
+        part.logged_choice, part.propensity = np.full(n, -1), np.full(n, np.nan)
+        part.logged_tau = numeric_column(table.frame, "tau", table.path) if "tau" in table.frame else np.full(n, np.nan)
+        parts.append(part)
     models = list(dict.fromkeys(m for part in parts for m in part.models))
     log = concat_logs([part.with_models(models) for part in parts])
     log.split = prompt_split(log.prompts)

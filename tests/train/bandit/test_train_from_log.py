@@ -122,6 +122,7 @@ def test_shadow_rows_load_as_full_information_rows_beside_the_decisions(logged):
     assert full.sum() == len(rows) and np.isnan(log.propensity[full]).all() and np.isfinite(log.scores[full]).all()
     assert (np.isfinite(log.scores[~full]).sum(axis=1) == 1).all()  # bandit rows: the chosen slot only
     assert log.provenance["n_shadow_rows"] == len(rows) and set(log.split) <= {"train", "val"}
+    assert set(log.logged_tau[full].tolist()) <= {0.85, 0.79} and log.task is not None
 
 
 def test_train_with_shadow_rows_counts_them_and_labels_every_model(logged):
@@ -130,6 +131,11 @@ def test_train_with_shadow_rows_counts_them_and_labels_every_model(logged):
     record = read_manifest(base / "shadow-art").data.model_dump()
     assert record["provenance"]["n_shadow_rows"] > 240
     assert record["off_policy"]["unlabelled_models"] == []  # shadow rows observe every slot, propensity-free
+    done = proteus("eval", "--artifact", base / "shadow-art", "--log", base / "shadow", "--out", base / "promo-shadow",
+                   "--cache-dir", base / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((base / "promo-shadow" / "promotion.json").read_text())
+    assert set(report["tiers"]) == {"premium", "economy"}  # a log with shadow rows is evaluated per tier
 
 
 def test_bad_flags_end_with_an_error(logged):
