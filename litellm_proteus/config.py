@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .compliance import ComplianceSettings
 from .exploration import ExplorationSettings
+from .shadow_settings import ShadowSettings
 
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
@@ -181,6 +182,8 @@ class ProteusConfig(BaseModel):
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,
                                              description="safe exploration (litellm_proteus/exploration.py); off by default")
+    shadow: ShadowSettings = Field(default_factory=ShadowSettings,
+                                   description="shadow evaluation (litellm_proteus/shadow.py); off by default")
     allow_direct_deployments: bool = Field(
         False,
         description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
@@ -224,6 +227,11 @@ class ProteusConfig(BaseModel):
         unknown = sorted(set(self.exploration.tiers) - set(self.tiers))
         if unknown:
             raise ValueError(f"exploration.tiers names unknown tiers {unknown}; allowed: {allowed}")
+        unknown = sorted(set(self.shadow.tiers) - set(self.tiers))
+        if unknown:
+            raise ValueError(f"shadow.tiers names unknown tiers {unknown}; allowed: {allowed}")
+        if self.shadow.enabled and (self.decision_log is None or self.decision_log.dir is None):
+            raise ValueError("shadow evaluation writes its rows beside the decision log: set decision_log.dir")
         return self
 
     def may_raise(self, tier: str) -> bool:

@@ -145,17 +145,19 @@ def chosen_p(decision: Mapping[str, Any]) -> float:
 
 
 # -- writing -------------------------------------------------------------------------------------
-def log_file_name(pid: int, n: int, now: float | None = None) -> str:
+def log_file_name(pid: int, n: int, now: float | None = None, prefix: str = FILE_PREFIX) -> str:
     stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"{FILE_PREFIX}{stamp}-{pid}-{n}{FILE_SUFFIX}"
+    return f"{prefix}{stamp}-{pid}-{n}{FILE_SUFFIX}"
 
 
 class RotatingJsonl:
     """This process's JSONL files in ``directory``: a new file past ``max_bytes``; at most
-    ``max_files`` of them (the oldest deleted).  Other processes' files are never touched."""
+    ``max_files`` of them (the oldest deleted).  Other processes' files are never touched.  ``prefix``
+    names the stream: ``decisions-`` for the decision log, ``shadow-`` for shadow rows."""
 
-    def __init__(self, directory: str | Path, max_bytes: int, max_files: int):
+    def __init__(self, directory: str | Path, max_bytes: int, max_files: int, prefix: str = FILE_PREFIX):
         self.directory = Path(directory)
+        self.prefix = prefix
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes, self.max_files = max_bytes, max_files
         self.files: list[Path] = []
@@ -165,7 +167,7 @@ class RotatingJsonl:
 
     def _open_next(self) -> None:
         self.close()
-        path = self.directory / log_file_name(os.getpid(), self._opened)
+        path = self.directory / log_file_name(os.getpid(), self._opened, prefix=self.prefix)
         self._opened += 1
         self._handle = open(path, "a", encoding="utf-8")
         self._size = path.stat().st_size

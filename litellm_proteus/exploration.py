@@ -21,26 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from .tier_rates import TierRates
 
 
-class ExplorationSettings(BaseModel):
+class ExplorationSettings(TierRates):
     """``exploration:`` in the strategy config, e.g. ``{rate: 0.02, tiers: {premium: 0.0}}``; off by default."""
-
-    model_config = ConfigDict(extra="forbid")
-    rate: float = Field(0.0, ge=0.0, le=1.0, description="share of requests routed by exploration")
-    tiers: dict[str, float] = Field(default_factory=dict, description="per-tier rate overriding `rate`")
-
-    @field_validator("tiers")
-    @classmethod
-    def _tier_rates(cls, tiers: dict[str, float]) -> dict[str, float]:
-        bad = {name: rate for name, rate in tiers.items() if not 0.0 <= rate <= 1.0}
-        if bad:
-            raise ValueError(f"exploration rates must lie in [0, 1]; got {bad}")
-        return tiers
-
-    def rate_for(self, tier: str | None) -> float:
-        return self.tiers.get(tier, self.rate) if tier is not None else self.rate
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ Reads the decision log (``train/data/decision_log.py``), takes the calls that ha
 (``log_prompts: true``) and a response (``log_responses: true``) and no feedback yet, samples a share
 of them by a hash of ``call_id`` (re-running with the same ``--seed`` picks the same calls, and a
 call already judged is never judged twice), asks ``MODEL`` through LiteLLM (the SDK; with
-``--api-base`` any OpenAI-compatible endpoint, e.g. a LiteLLM proxy group) with the rubric
-below, and appends one ``feedback`` record (``source: "judge"``) per scored call to a new log file
+``--api-base`` any OpenAI-compatible endpoint, e.g. a LiteLLM proxy group) with the rubric of
+``litellm_proteus.judge_rubric``, and appends one ``feedback`` record (``source: "judge"``) per scored call to a new log file
 in DIR.  An answer whose score cannot be parsed is counted as unscored, never guessed.
 ``--budget-usd`` stops before the next call once LiteLLM's cost of the calls made reaches it.
 """
@@ -17,37 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import time
 from pathlib import Path
 
 from litellm_proteus.decision_log import feedback_record
+from litellm_proteus.judge_rubric import judge_messages, parse_score
 from litellm_proteus.predictor import mixing_draw
-
-RUBRIC = (
-    "You grade one answer of an AI assistant.  Decide only whether the answer correctly and completely does what "
-    "the user asked (facts, reasoning, code behaviour, requested format); ignore style and length.  Write at most "
-    "two sentences of reasoning, then a last line that is exactly one of:\n"
-    "SCORE: 1    (correct)\nSCORE: 0.5  (partly correct)\nSCORE: 0    (wrong, off-topic or refused)"
-)
-SCORE_LINE = re.compile(r"score\s*[:=]\s*\**\s*([01](?:\.\d+)?|\.\d+)\s*\**\s*$", re.IGNORECASE | re.MULTILINE)
-
-
-def judge_messages(prompt: str, response: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": RUBRIC},
-            {"role": "user", "content": f"## User request\n{prompt}\n\n## Assistant answer\n{response}\n\nGrade the answer."}]
-
-
-def parse_score(text: str | None) -> float | None:
-    """The score on the judge's last ``SCORE: x`` line; None when there is none or it is outside [0, 1]."""
-    if not text:
-        return None
-    found = SCORE_LINE.findall(text)
-    if not found:
-        return None
-    value = float(found[-1])
-    return value if 0.0 <= value <= 1.0 else None
-
 
 def sampled(call_id: str, share: float, seed: int) -> bool:
     """A seeded hash share of the calls (the proxy's prompt-hash draw, on the call id)."""

@@ -10,7 +10,9 @@ where ``q`` is the performance head's predicted correctness (the direct method);
 is the policy's accuracy, unbiased where the log has support (either ``q`` is right or the logged
 propensities are), with a normal-approximation CI from the rows' spread.  Full-information rows
 (``logged_choice = -1``) contribute their exact score.  SNIPS (the self-normalised IPS mean over the
-rows where ``c = a``) is reported beside it.
+rows where ``c = a``) is reported beside it.  A full-information row (a shadow row) that scored
+``c`` observes the policy's choice as a bandit row agreeing with the logged one does: both count
+towards the support of an estimate.
 
 Support: a policy's estimate rests on the head alone for rows where it chooses a slot the log never
 labelled, and on few rows when ``c = a`` rarely; ``support`` says which models and operating points
@@ -41,7 +43,7 @@ class Estimate:
     ci_high: float
     snips: float  # NaN when no row's logged choice matches the policy's
     n_rows: int
-    n_matched: int  # labelled bandit rows where the policy chose the logged slot
+    n_matched: int  # rows observing the policy's choice: bandit rows where it is the logged slot, full-information rows that scored it
     unsupported_share: float  # rows routed to a slot with no label in the log
 
     def to_dict(self) -> dict[str, float | int]:
@@ -84,6 +86,14 @@ class BanditRows:
         exact = np.nan_to_num(self.scores[rows, choice], nan=q[rows, choice])  # full-information rows
         return np.where(bandit, terms, exact), match
 
+    def observed_scores(self, choice: np.ndarray) -> np.ndarray:
+        """The full-information rows' scores of the policy's choice, where that slot was scored: an
+        unbiased sample of the policy's accuracy without the head (shadow rows are drawn at random,
+        and so are the candidates they call)."""
+        full = self.logged_choice < 0
+        values = self.scores[np.arange(len(choice)), choice][full]
+        return values[np.isfinite(values)]
+
     def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:
         terms, match = self.dr_terms(choice, q)
         n = len(terms)
@@ -94,7 +104,10 @@ class BanditRows:
         y = np.nan_to_num(self.scores[np.arange(n), logged])
         snips = float((weight * y)[match].sum() / weight[match].sum()) if match.any() else math.nan
         unsupported = ~self.labelled_slots[choice]
-        return Estimate(mean, mean - half, mean + half, snips, n, int(match.sum()), float(unsupported.mean()) if n else 0.0)
+        # a full-information row that scored the choice is an observation of it, propensity-free
+        observed = (self.logged_choice < 0) & np.isfinite(self.scores[np.arange(n), choice])
+        return Estimate(mean, mean - half, mean + half, snips, n, int(match.sum() + observed.sum()),
+                        float(unsupported.mean()) if n else 0.0)
 
 
 def lower_bound(terms: np.ndarray, z: float) -> float:

@@ -5,9 +5,11 @@ the artifact routes it exactly as the proxy would (``routing.route_log``: calibr
 mixing), every artifact slot being a deployed candidate priced at the row's logged cost;
 exploration (``litellm_proteus.exploration``) may then move it; only the chosen model's recorded
 outcome exists, and it is revealed as feedback for ``--label-share`` of the requests, ``--delay-s``
-seconds (uniform 0..delay) after the decision.  Output: decision-log JSONL in schema 1
-(``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per file), the format ``proteus train
---data DIR`` reads.
+seconds (uniform 0..delay) after the decision.  On ``--shadow-share`` of the requests every model's
+recorded outcome is revealed as a shadow row (what the proxy's shadow evaluation writes,
+``litellm_proteus.shadow_rows``).  Tiers: the proxy config's (``--config``) or ``--tiers NAME=TAU ...``.
+Output: decision-log JSONL in schema 1 (``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per
+file) and shadow rows (``shadow-<UTC>-<pid>-<n>.jsonl``), the files ``proteus train --data DIR`` reads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
 from litellm_proteus.decision_log import LoggedCandidate, decision_record, feedback_record, log_file_name, outcome_record
 from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
+from litellm_proteus.shadow_rows import SHADOW_PREFIX, shadow_row
 
 from .data import assign_splits, load_logs
 from .evaluation.inputs import artifact_encoder
@@ -42,14 +45,33 @@ def config_tiers(path: str | os.PathLike) -> dict[str, float]:
     return {str(k): float(v) for k, v in tiers.items()}
 
 
+def parse_tiers(items: list[str]) -> dict[str, float]:
+    """``["premium=0.85", "economy=0.79"]`` -> ``{"premium": 0.85, "economy": 0.79}``."""
+    tiers: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            tau = float(value)
+        except ValueError:
+            tau = float("nan")
+        if not sep or not name or not 0 < tau <= 1:
+            raise ValueError(f"--tiers: {item!r} is not NAME=TAU with TAU in (0, 1]")
+        tiers[name] = tau
+    return tiers
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help="full-information routing log(s)")
     parser.add_argument("--split", default="train", choices=("train", "val", "test"), help="rows to draw prompts from")
     parser.add_argument("--artifact", default=str(DEFAULT_ARTIFACT_DIR), help="the logging router (default: bundled)")
-    parser.add_argument("--config", required=True, help="LiteLLM proxy config whose tiers the requests use")
+    tiers = parser.add_mutually_exclusive_group(required=True)
+    tiers.add_argument("--config", help="LiteLLM proxy config whose tiers the requests use")
+    tiers.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="the requests' tiers, e.g. low=0.72 high=0.78")
     parser.add_argument("--out", required=True, metavar="DIR", help="decision-log directory to write")
     parser.add_argument("--requests", type=int, default=0, help="requests to simulate (0: each prompt of the split once)")
     parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback")
+    parser.add_argument("--shadow-share", type=float, default=0.0,
+                        help="share of requests whose every model's outcome is revealed as a shadow row")
     parser.add_argument("--exploration-rate", type=float, default=0.02, help="exploration rate on every tier")
     parser.add_argument("--delay-s", type=float, default=3600.0, help="feedback arrives up to this long after a decision")
     parser.add_argument("--start-ts", type=float, default=START_TS, help="unix time of the first request")
@@ -60,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("label_share", "exploration_rate"):
+    for name in ("label_share", "exploration_rate", "shadow_share"):
         value = getattr(args, name)
         if not 0 <= value <= 1:
             raise ValueError(f"--{name.replace('_', '-')} must lie in [0, 1]; got {value}")
@@ -73,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 def simulate(args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(args.seed)
-    tiers = config_tiers(args.config)
+    tiers = config_tiers(args.config) if args.config else parse_tiers(args.tiers)
     model, manifest = load_artifact(args.artifact)
     data = assign_splits(load_logs(args.data), seed=0)
     data = data.part(args.split).with_models(manifest.models)
@@ -91,8 +113,10 @@ def simulate(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     records: list[tuple[float, dict]] = []
+    shadows: list[dict] = []
+    shadow_rng = np.random.default_rng([args.seed, 1])  # its own stream: the log is the same for every share
     explored = labelled = 0
-    policy_cost = chosen_cost = 0.0
+    policy_cost = chosen_cost = other_cost = 0.0
     for r in range(n):
         i, ts = int(rows[r]), args.start_ts + r * args.interval_s
         call_id = f"sim-{args.seed}-{r}"
@@ -101,6 +125,7 @@ def simulate(args: argparse.Namespace) -> dict:
         explored += int(step.index != routed.choice[r])
         policy_cost += costs[rows[r], routed.choice[r]]
         chosen_cost += costs[i, step.index]
+        other_cost += float(np.delete(costs[i], step.index).mean())  # a shadow call to one other candidate
         tier = tier_names[tier_of[r]]
         candidates = [LoggedCandidate(f"sim-{j}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
         records.append((ts, decision_record(
@@ -117,11 +142,24 @@ def simulate(args: argparse.Namespace) -> dict:
             labelled += 1
             fts = ts + float(rng.uniform(0, args.delay_s))
             records.append((fts, feedback_record(call_id, float(score), "simulation", ts=fts)))
+        if shadow_rng.random() < args.shadow_share:
+            known = lambda v: float(v) if np.isfinite(v) else None  # noqa: E731
+            shadows.append(shadow_row(
+                call_id=call_id, prompt=prompts[r], tier=tier, tau=float(taus[r]), models=manifest.models, served=manifest.models[step.index],
+                scores={m: known(data.scores[i, j]) for j, m in enumerate(manifest.models)},
+                costs={m: known(costs[i, j]) for j, m in enumerate(manifest.models)}, ts=ts + 1.0,
+            ))
     records.sort(key=lambda item: item[0])
     for part, start in enumerate(range(0, len(records), args.rotate)):
         chunk = records[start:start + args.rotate]
         with open(out / log_file_name(os.getpid(), part, chunk[0][0]), "w", encoding="utf-8") as handle:
             for _, record in chunk:
                 handle.write(json.dumps(record) + "\n")
-    return {"out": str(out), "requests": n, "labelled": labelled, "explored": explored, "tiers": tiers,
-            "exploration_cost_overhead": round(chosen_cost / policy_cost - 1, 6) if policy_cost else 0.0}
+    for part, start in enumerate(range(0, len(shadows), args.rotate)):
+        chunk = shadows[start:start + args.rotate]
+        with open(out / log_file_name(os.getpid(), part, chunk[0]["ts"], prefix=SHADOW_PREFIX), "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row) + "\n" for row in chunk)
+    return {"out": str(out), "requests": n, "labelled": labelled, "explored": explored, "shadow_rows": len(shadows),
+            "tiers": tiers,
+            "exploration_cost_overhead": round(chosen_cost / policy_cost - 1, 6) if policy_cost else 0.0,
+            "other_candidate_cost_ratio": round(other_cost / chosen_cost, 6) if chosen_cost else 0.0}

@@ -3,7 +3,9 @@
 - ``log_routed``: after a PROTEUS pick, the ``decision`` record (queued; the in-memory feedback
   index and the compliance gauges learn it at once);
 - ``log_outcome``: from LiteLLM's success/failure callbacks, the ``outcome`` record of a call
-  PROTEUS routed (``response_cost``, latency, error).
+  PROTEUS routed (``response_cost``, latency, error);
+- shadow evaluation (``litellm_proteus/shadow.py``): ``log_routed`` samples the request and
+  remembers its candidates, ``log_outcome`` starts the shadow job once the response is complete.
 
 One writer (thread, files, Redis) per process and decision-log configuration, shared by the
 strategies of rebuilt routers, as the predictors and batchers are.
@@ -30,9 +32,29 @@ from ..engine import Routed, ScoredDeployment, TauResolution
 from ..request import METADATA_KEYS, ProteusRequest
 from ..tiers import hash_key
 from ..feedback import FeedbackDesk
+from ..shadow import SHADOW_METADATA_KEY, ShadowEvaluator, ShadowJob, job_candidates, response_text
+from ..shadow_budget import DailyBudget
 
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
+_shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
+
+
+def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
+    """The shadow evaluator for ``config.shadow`` (None when it is off); its rows go beside the
+    decision log, rotated by the same limits; its daily spend is shared through Redis when configured."""
+    settings, log = config.shadow, config.decision_log
+    if not settings.enabled or log is None or log.dir is None:
+        return None
+    redis_url = config.redis.connection_url() if config.redis is not None else None
+    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{redis_url}"
+    with _lock:
+        if key not in _shadows:
+            client = redis_client(config.redis) if config.redis is not None else None
+            retry = config.redis.retry_after_s if config.redis is not None else 1.0
+            budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry)
+            _shadows[key] = ShadowEvaluator(settings, log.dir, log.max_bytes, log.max_files, budget)
+        return _shadows[key]
 
 
 def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, FeedbackDesk] | None:
@@ -102,6 +124,17 @@ def log_routed(
     )
     strategy.feedback_desk.remember(record)
     strategy.decision_log.submit(record)
+    shadow = getattr(strategy, "shadow", None)
+    if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
+            and shadow.sample(resolution.tier):
+        candidates, served = job_candidates([slots[c.slot] for c in scored], [c.deployment for c in scored],
+                                            routed.costs_usd, decision.index)
+        shadow.offer(ShadowJob(record["call_id"], request.text, [dict(m) for m in request.messages], resolution.tier,
+                               float(decision.tau_effective), candidates, served))
+
+
+def _is_shadow_call(request_kwargs: dict) -> bool:
+    return any(isinstance(request_kwargs.get(k), dict) and SHADOW_METADATA_KEY in request_kwargs[k] for k in METADATA_KEYS)
 
 
 def on_feedback(strategy: Any, decision: dict, score: float) -> None:
@@ -122,14 +155,8 @@ def _decision_metadata(kwargs: dict) -> dict | None:
     return None
 
 
-def _response_text(response: Any) -> str | None:
-    try:
-        choice = response.choices[0]
-        message = getattr(choice, "message", None)
-        text = message.content if message is not None else getattr(choice, "text", None)
-    except (AttributeError, IndexError, TypeError):
-        return None
-    return text if isinstance(text, str) else None
+def _deployment(strategy: Any, model_id: str) -> dict | None:
+    return next((d for d in strategy.router.model_list if deployment_id(d) == model_id), None)
 
 
 def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end_time: Any, success: bool) -> None:
@@ -139,6 +166,13 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
     call_id = kwargs.get("litellm_call_id")
     if not call_id or _decision_metadata(kwargs) is None:
         return
+    shadow = getattr(strategy, "shadow", None)
+    if shadow is not None:
+        if success:  # a stream's callback carries the assembled response
+            shadow.answered(str(call_id), kwargs.get("complete_streaming_response") or response,
+                            judge=strategy.router.acompletion, lookup=lambda model_id: _deployment(strategy, model_id))
+        else:
+            shadow.forget(str(call_id))
     try:
         latency_ms: float | None = (end_time - start_time).total_seconds() * 1000.0
     except (TypeError, AttributeError):
@@ -156,6 +190,6 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
             response_cost=float(cost) if isinstance(cost, (int, float)) else None,
             latency_ms=latency_ms,
             error=error,
-            response=_response_text(response) if success and settings.log_responses else None,
+            response=response_text(response) if success and settings.log_responses else None,
         )
     )

@@ -120,6 +120,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
         # decision log writer and feedback desk (None without routing_strategy_args.decision_log)
         self.decision_log, self.feedback_desk = serving_log.shared_decision_log(config) or (None, None)
+        self.shadow = serving_log.shared_shadow(config)  # None unless shadow evaluation is on
         redis = config.redis
         self.compliance = shared_controller(
             config.compliance,

@@ -21,6 +21,11 @@ Per row of the resulting log:
 
 Slots: the ``slot`` index and ``model`` name of each candidate; the log's model list is every slot
 seen, by slot index (``--init`` re-orders them to the initial artifact's slots).
+
+Shadow rows (``litellm_proteus.shadow_rows``: wide-format JSONL with a ``shadow_of`` column, written
+beside the decision log by the proxy's shadow evaluation) are read with it as *full-information*
+rows: every judged candidate's score, ``propensity`` NaN and ``logged_choice`` -1 (no logging
+policy to correct for), ``logged_tau`` their ``tau``, split by prompt hash like the decisions.  Their models join the slot list.
 """
 
 from __future__ import annotations
@@ -35,8 +40,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .common import LoadOptions, Table, estimate_tokens
+from litellm_proteus.shadow_rows import SHADOW_OF
+
+from .common import LoadOptions, Table, concat_logs, estimate_tokens, numeric_column
 from .logs import RoutingLog
+from .routerbench import table_log
 
 FORMAT = "decision-log"
 SCHEMA = 1
@@ -45,7 +53,11 @@ TRAIN_SHARE = 0.85
 
 
 def detect(frame: pd.DataFrame) -> bool:
-    return {"schema", "type", "call_id"} <= {c for c in frame.columns if isinstance(c, str)}
+    return {"schema", "type", "call_id"} <= {c for c in frame.columns if isinstance(c, str)} or is_shadow(frame)
+
+
+def is_shadow(frame: pd.DataFrame) -> bool:
+    return SHADOW_OF in frame.columns
 
 
 def _records(tables: Iterable[Table]) -> Iterable[tuple[str, dict[str, Any]]]:
@@ -122,8 +134,44 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def prompt_split(prompts: list[str]) -> np.ndarray:
+    return np.array(["val" if prompt_fraction(p) >= TRAIN_SHARE else "train" for p in prompts], dtype=object)
+
+
 def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
+    """Decision records joined into bandit rows, plus any shadow rows as full-information rows."""
     del options  # costs are logged per decision
+    shadow = [t for t in tables if is_shadow(t.frame)]
+    records = [t for t in tables if not is_shadow(t.frame)]
+    parts = ([bandit_log(records)] if records else []) + ([shadow_log(shadow)] if shadow else [])
+    if len(parts) == 1:
+        return parts[0]
+    models = list(dict.fromkeys(m for part in parts for m in part.models))
+    log = concat_logs([part.with_models(models) for part in parts])
+    log.provenance = {**parts[0].provenance, "n_shadow_rows": len(parts[1])}
+    return log
+
+
+def shadow_log(tables: list[Table]) -> RoutingLog:
+    """Shadow rows (full information, no logging policy) with a prompt-hash split."""
+    parts = []
+    for table in tables:
+        part = table_log(table)
+        n = len(part)
+        part.logged_choice, part.propensity = np.full(n, -1), np.full(n, np.nan)
+        part.logged_tau = numeric_column(table.frame, "tau", table.path) if "tau" in table.frame else np.full(n, np.nan)
+        parts.append(part)
+    models = list(dict.fromkeys(m for part in parts for m in part.models))
+    log = concat_logs([part.with_models(models) for part in parts])
+    log.split = prompt_split(log.prompts)
+    log.split_method = f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val"
+    log.source = FORMAT
+    log.provenance = {"format": FORMAT, "n_shadow_rows": len(log)}
+    return log
+
+
+def bandit_log(tables: list[Table]) -> RoutingLog:
+    """Decision records joined by call_id: one bandit row per decision."""
     rows, outcomes, feedback = join(tables)
     where = ", ".join(str(t.path) for t in tables[:3])
     if not rows:
@@ -153,7 +201,7 @@ def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
         if row["call_id"] in feedback:
             scores[i, slot] = feedback[row["call_id"]][1]
     prompts = [r["prompt"] for r in rows]
-    split = np.array(["val" if prompt_fraction(p) >= TRAIN_SHARE else "train" for p in prompts], dtype=object)
+    split = prompt_split(prompts)
     ts = [float(r.get("ts", 0.0)) for r in rows]
     labelled = np.isfinite(scores).any(axis=1)
     provenance = {

@@ -1,4 +1,4 @@
-"""``proteus judge`` against a mock judge model answering through respx; the rubric's score parse."""
+"""``proteus judge`` against a mock judge model answering through respx (the rubric and its parse: tests/litellm_proteus/test_judge_rubric.py)."""
 
 from __future__ import annotations
 
@@ -11,30 +11,10 @@ import pytest
 import respx
 
 from proteus_train.data import load_logs
-from proteus_train.judge import RUBRIC, judge, judge_messages, parse_score
+from litellm_proteus.judge_rubric import RUBRIC
+from proteus_train.judge import judge
 
 BASE = "http://127.0.0.1:9/v1"
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("The answer computes 2 + 2 correctly.\nSCORE: 1", 1.0),
-    ("Partly right: the code misses the empty list.\nScore: 0.5", 0.5),
-    ("Wrong capital.\n**SCORE:** 0", 0.0),
-    ("SCORE: 1\nOn reflection the proof skips a case.\nSCORE: 0", 0.0),  # the last line counts
-    ("I think it is fine.", None),  # no score line
-    ("SCORE: 7", None),  # outside [0, 1]
-    ("SCORE: maybe", None),
-    ("", None),
-    (None, None),
-])
-def test_parse_score(text, expected):
-    assert parse_score(text) == expected
-
-
-def test_rubric_message_carries_the_request_and_the_answer():
-    messages = judge_messages("What is 2 + 2?", "4")
-    assert messages[0]["content"] == RUBRIC and "SCORE: 1" in RUBRIC
-    assert "What is 2 + 2?" in messages[1]["content"] and "## Assistant answer\n4" in messages[1]["content"]
 
 
 def body(text: str) -> dict:

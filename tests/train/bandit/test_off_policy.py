@@ -47,6 +47,22 @@ def test_full_information_rows_count_their_exact_score():
     assert est.dr == 1.0 and rows.labelled_slots.tolist() == [True, True]
 
 
+def test_full_information_rows_observe_the_choice_without_a_propensity():
+    # two bandit rows (logged slot 0) and two shadow rows, one of which did not score slot 1
+    scores = np.array([[1.0, np.nan], [0.0, np.nan], [1.0, 1.0], [0.0, np.nan]])
+    rows = BanditRows(scores, np.array([0, 0, -1, -1]), np.array([1.0, 1.0, np.nan, np.nan]))
+    assert rows.estimate(np.array([1, 1, 1, 1]), np.full((4, 2), 0.5)).n_matched == 1  # the shadow row that scored 1
+    assert rows.estimate(np.array([0, 0, 0, 0]), np.full((4, 2), 0.5)).n_matched == 4
+    assert rows.labelled_slots.tolist() == [True, True]
+
+
+def test_observed_scores_are_the_full_information_rows_that_scored_the_choice():
+    scores = np.array([[1.0, np.nan], [0.0, 1.0], [1.0, np.nan]])
+    rows = BanditRows(scores, np.array([0, -1, -1]), np.array([1.0, np.nan, np.nan]))
+    assert rows.observed_scores(np.array([0, 0, 0])).tolist() == [0.0, 1.0]  # bandit row 0 is not one
+    assert rows.observed_scores(np.array([1, 1, 1])).tolist() == [1.0]  # row 2 did not score slot 1
+
+
 def test_support_warning_names_models_and_tau_ranges():
     support = Support(["mid"], tau_intervals([0.8, 0.81, 0.82, 0.85], [True, True, False, True], 0.01), 20, 0.05, 0.0)
     assert support.unsupported_tau == [[0.8, 0.81], [0.85, 0.85]]

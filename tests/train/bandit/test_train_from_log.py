@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact, read_manifest
+from proteus_train.data import load_logs
 
 TINY = ["--steps", "40", "--perf-epochs", "4", "--oof-folds", "2", "--boost-steps", "10"]
 SLOTS = read_manifest(DEFAULT_ARTIFACT_DIR).models  # the logging router is the bundled artifact
@@ -58,6 +59,11 @@ def logged(tmp_path_factory):
                        "--rotate", "500", "--cache-dir", base / "cache")
         assert done.returncode == 0, done.stderr[-3000:]
         logs[name] = json.loads(done.stdout)
+    done = proteus("simulate-log", "--data", data, "--split", "train", "--artifact", DEFAULT_ARTIFACT_DIR, "--tiers",
+                   "premium=0.85", "economy=0.79", "--out", base / "shadow", "--requests", "600", "--label-share", "0.5",
+                   "--exploration-rate", "0", "--shadow-share", "0.5", "--cache-dir", base / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs["shadow"] = json.loads(done.stdout)
     return base, logs
 
 
@@ -101,11 +107,44 @@ def test_without_exploration_the_trainer_warns_about_missing_support(logged):
     assert read_manifest(base / "greedy-art").data.model_dump()["off_policy"]["explored_share"] == 0.0
 
 
+def test_shadow_rows_load_as_full_information_rows_beside_the_decisions(logged):
+    base, logs = logged
+    files = sorted((base / "shadow").glob("shadow-*.jsonl"))
+    rows = [json.loads(line) for f in files for line in f.read_text().splitlines()]
+    assert len(rows) == logs["shadow"]["shadow_rows"] and 240 < len(rows) < 360
+    assert all(set(SLOTS) <= set(r) and {r["eval_name"] for r in rows} <= {"premium", "economy"} for r in rows)
+    # the decision records are those of the same log without shadow rows (the shadow draw has its own stream)
+    greedy = [json.loads(line)["call_id"] for f in sorted((base / "greedy").glob("decisions-*.jsonl")) for line in f.read_text().splitlines()]
+    shadow = [json.loads(line)["call_id"] for f in sorted((base / "shadow").glob("decisions-*.jsonl")) for line in f.read_text().splitlines()]
+    assert sorted(greedy) == sorted(shadow)
+    log = load_logs([base / "shadow"])
+    full = log.logged_choice < 0
+    assert full.sum() == len(rows) and np.isnan(log.propensity[full]).all() and np.isfinite(log.scores[full]).all()
+    assert (np.isfinite(log.scores[~full]).sum(axis=1) == 1).all()  # bandit rows: the chosen slot only
+    assert log.provenance["n_shadow_rows"] == len(rows) and set(log.split) <= {"train", "val"}
+    assert set(log.logged_tau[full].tolist()) <= {0.85, 0.79} and log.task is not None
+
+
+def test_train_with_shadow_rows_counts_them_and_labels_every_model(logged):
+    base, _ = logged
+    train_process(base / "shadow", base / "shadow-art", "--init", DEFAULT_ARTIFACT_DIR)
+    record = read_manifest(base / "shadow-art").data.model_dump()
+    assert record["provenance"]["n_shadow_rows"] > 240
+    assert record["off_policy"]["unlabelled_models"] == []  # shadow rows observe every slot, propensity-free
+    done = proteus("eval", "--artifact", base / "shadow-art", "--log", base / "shadow", "--out", base / "promo-shadow",
+                   "--cache-dir", base / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((base / "promo-shadow" / "promotion.json").read_text())
+    assert set(report["tiers"]) == {"premium", "economy"}  # a log with shadow rows is evaluated per tier
+
+
 def test_bad_flags_end_with_an_error(logged):
     base, _ = logged
     done = proteus("simulate-log", "--data", base / "logs.csv", "--config", base / "config.yaml", "--out", base / "x",
                    "--label-share", "1.5")
     assert done.returncode == 2 and "error: --label-share must lie in [0, 1]; got 1.5" in done.stderr
+    done = proteus("simulate-log", "--data", base / "logs.csv", "--tiers", "premium=1.5", "--out", base / "x")
+    assert done.returncode == 2 and "error: --tiers: 'premium=1.5' is not NAME=TAU with TAU in (0, 1]" in done.stderr
     done = proteus("train", "--data", base / "explore", "--out", base / "y", "--propensity-weighting", "dr")
     assert done.returncode == 2 and "--propensity-weighting must be one of ['ips', 'none']" in done.stderr
 

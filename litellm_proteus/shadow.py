@@ -1,0 +1,276 @@
+"""Shadow evaluation: full-information rows from live traffic, off the request path, within a daily budget.
+
+``shadow: {rate: 0.01, candidates: 1, judge_model: GROUP, daily_budget_usd: 5}`` in the strategy
+config (off by default; ``tiers: {premium: 0.0}`` sets a tier's rate).  For a sampled share of the
+chat requests PROTEUS routes:
+
+1. at routing time the request is sampled (``rate_for(tier)``) and its candidates remembered (at
+   most ``max_pending`` per process, the oldest forgotten: counted as ``no_answer``);
+2. when LiteLLM's success callback reports the client's response complete, a background task (its
+   own ``asyncio`` task: the callback returns at once, and LiteLLM's callback time limit does not
+   apply) calls ``candidates`` other candidate models of the request (other slots, drawn uniformly;
+   one deployment each) with the same messages, directly through ``litellm.acompletion`` with the
+   deployment's parameters (no router retries, fallbacks or cooldowns: a failing shadow call never
+   changes how clients are routed), ``timeout_s`` each;
+3. the judge (``judge_model``, a model group of this proxy, called through the router) scores the
+   served answer and each shadow answer with the rubric of ``proteus judge``
+   (``litellm_proteus.judge_rubric``);
+4. one shadow row (``litellm_proteus.shadow_rows``) is written beside the decision log.
+
+Every call's cost (usage x the deployment's price, ``costs.deployment_prices``) is charged to the
+daily budget (``shadow_budget.DailyBudget``), checked before each call: once spent, sampled requests
+are skipped for the rest of the UTC day (counted, and a log line at most every ``WARN_EVERY_S``).
+Errors and timeouts are counted and logged, never raised: the client's request is long answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import shadow_metrics
+from .costs import deployment_prices
+from .decision_log import RotatingJsonl
+from .judge_rubric import judge_messages, parse_score
+from .observability import RateLimitedWarnings
+from .shadow_budget import DailyBudget
+from .shadow_rows import SHADOW_PREFIX, shadow_row
+from .shadow_settings import ShadowSettings
+
+logger = logging.getLogger("litellm_proteus.shadow")
+WARN_EVERY_S = 60.0
+SHADOW_METADATA_KEY = "proteus_shadow_of"  # metadata of shadow and judge calls: never shadowed themselves
+
+
+@dataclass(frozen=True)
+class ShadowCandidate:
+    model: str  # the artifact slot's name: the shadow row's column
+    deployment: Mapping[str, Any]  # the router's deployment
+    est_cost_usd: float  # the decision's cost estimate (the row's cost when the model is not called)
+
+
+@dataclass(frozen=True)
+class ShadowJob:
+    call_id: str
+    prompt: str
+    messages: list[dict[str, Any]]
+    tier: str
+    tau: float  # tau_effective of the decision
+    candidates: list[ShadowCandidate]  # one per slot, the served one included
+    served: int  # index into candidates
+
+
+def call_cost(response: Any, deployment: Mapping[str, Any] | None) -> float:
+    """Usage x the deployment's per-token prices; LiteLLM's own cost of the response when the
+    deployment has no price; 0 when neither is known."""
+    usage = getattr(response, "usage", None)
+    prices = deployment_prices(deployment) if deployment is not None else None
+    if prices is not None and usage is not None:
+        return (float(getattr(usage, "prompt_tokens", 0) or 0) * prices.input_per_token
+                + float(getattr(usage, "completion_tokens", 0) or 0) * prices.output_per_token)
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
+    return float(cost) if isinstance(cost, (int, float)) else 0.0
+
+
+def response_text(response: Any) -> str | None:
+    try:
+        choice = response.choices[0]
+        message = getattr(choice, "message", None)
+        text = message.content if message is not None else getattr(choice, "text", None)
+    except (AttributeError, IndexError, TypeError):
+        return None
+    return text if isinstance(text, str) else None
+
+
+# (model group, messages, **kwargs) -> response: the router's acompletion (judge calls)
+JudgeCall = Callable[..., Awaitable[Any]]
+# deployment id -> deployment dict (to price a judge call)
+DeploymentLookup = Callable[[str], Mapping[str, Any] | None]
+
+
+class ShadowEvaluator:
+    """One per process and configuration.  ``rng``: the sampling and candidate draws."""
+
+    def __init__(self, settings: ShadowSettings, log_dir: str, max_bytes: int, max_files: int, budget: DailyBudget,
+                 rng: random.Random | None = None):
+        self.settings = settings
+        self.budget = budget
+        self.files = RotatingJsonl(log_dir, max_bytes, max_files, prefix=SHADOW_PREFIX)
+        self.rng = rng or random.Random()
+        self.pending: OrderedDict[str, ShadowJob] = OrderedDict()
+        self.tasks: set[asyncio.Task] = set()
+        self._lock = threading.Lock()  # pending: routing and callbacks may run on different threads
+        self._write_lock = threading.Lock()
+        self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
+
+    # -- on the request path: cheap, never raises ------------------------------------------------
+    def sample(self, tier: str | None) -> bool:
+        rate = self.settings.rate_for(tier)
+        return rate > 0 and self.rng.random() < rate
+
+    def offer(self, job: ShadowJob) -> None:
+        """Remember a sampled request until its response is complete."""
+        with self._lock:
+            self.pending[job.call_id] = job
+            self.pending.move_to_end(job.call_id)
+            while len(self.pending) > self.settings.max_pending:
+                self.pending.popitem(last=False)
+                shadow_metrics.record_skip("no_answer")
+
+    def forget(self, call_id: str) -> None:
+        with self._lock:
+            self.pending.pop(call_id, None)
+
+    def answered(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup) -> asyncio.Task | None:
+        """The client's response for ``call_id`` is complete: start its shadow job in the background
+        (never raises: it runs in LiteLLM's success callback)."""
+        try:
+            return self._start(call_id, response, judge, lookup)
+        except Exception as exc:
+            shadow_metrics.record_skip("error")
+            self._warnings.warn("start", "PROTEUS shadow: cannot start the job for %s: %s", call_id, _short(exc))
+            return None
+
+    def _start(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup) -> asyncio.Task | None:
+        with self._lock:
+            job = self.pending.pop(call_id, None)
+        if job is None:
+            return None
+        if len(self.tasks) >= self.settings.max_in_flight:
+            shadow_metrics.record_skip("busy")
+            self._warnings.warn("busy", "PROTEUS shadow: %d jobs running (max_in_flight); skipping sampled requests",
+                                len(self.tasks))
+            return None
+        loop = asyncio.get_running_loop()
+        served_cost = call_cost(response, job.candidates[job.served].deployment)
+        coroutine = self.run(job, response_text(response), served_cost, judge, lookup)
+        # a fresh context: nothing of the callback's (LiteLLM's callback deadline) reaches the job
+        task = loop.create_task(coroutine, context=contextvars.Context())
+        self.tasks.add(task)  # referenced until done: the loop holds tasks weakly
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    # -- the background job ------------------------------------------------------------------------
+    async def run(self, job: ShadowJob, served_text: str | None, served_cost: float, judge: JudgeCall,
+                  lookup: DeploymentLookup) -> dict[str, Any] | None:
+        try:
+            return await self._run(job, served_text, served_cost, judge, lookup)
+        except Exception as exc:  # never escapes: the request it shadows is long answered
+            shadow_metrics.record_skip("error")
+            self._warnings.warn("job", "PROTEUS shadow: job for %s failed: %s", job.call_id, exc)
+            return None
+
+    async def _run(self, job: ShadowJob, served_text: str | None, served_cost: float, judge: JudgeCall,
+                   lookup: DeploymentLookup) -> dict[str, Any] | None:
+        if await self._over_budget(count=True):
+            return None
+        served = job.candidates[job.served]
+        others = [c for i, c in enumerate(job.candidates) if i != job.served]
+        picked = self.rng.sample(others, min(self.settings.candidates, len(others)))
+        answers: dict[str, str | None] = {served.model: served_text}
+        costs: dict[str, float] = {c.model: c.est_cost_usd for c in job.candidates}
+        costs[served.model] = served_cost
+        for candidate in picked:
+            if await self._over_budget():
+                break
+            text, cost = await self._shadow_call(job, candidate)
+            answers[candidate.model], costs[candidate.model] = text, cost
+        scores: dict[str, float | None] = {}
+        for model, text in answers.items():
+            if text is None or await self._over_budget():
+                continue
+            scores[model] = await self._judge(job, text, judge, lookup)
+        if not any(v is not None for v in scores.values()):
+            shadow_metrics.record_skip("unscored")
+            return None
+        row = shadow_row(call_id=job.call_id, prompt=job.prompt, tier=job.tier, tau=job.tau, models=[c.model for c in job.candidates],
+                         scores=scores, costs=costs, served=served.model)
+        await asyncio.to_thread(self._write, row)
+        shadow_metrics.record_row()
+        return row
+
+    async def _shadow_call(self, job: ShadowJob, candidate: ShadowCandidate) -> tuple[str | None, float]:
+        import litellm
+
+        params = dict(candidate.deployment.get("litellm_params") or {})
+        try:
+            response = await asyncio.wait_for(
+                litellm.acompletion(**{**params, "messages": job.messages, "num_retries": 0, "timeout": self.settings.timeout_s,
+                              "metadata": {SHADOW_METADATA_KEY: job.call_id}}),
+                self.settings.timeout_s,
+            )
+        except Exception as exc:  # an upstream error or timeout: this candidate stays unscored
+            shadow_metrics.record_call("candidate", False, 0.0)
+            self._warnings.warn("call", "PROTEUS shadow: call to %s failed: %s", candidate.model, _short(exc))
+            return None, candidate.est_cost_usd
+        cost = call_cost(response, candidate.deployment)
+        shadow_metrics.record_call("candidate", True, cost)
+        await self._charge(cost)
+        return response_text(response), cost
+
+    async def _judge(self, job: ShadowJob, answer: str, judge: JudgeCall, lookup: DeploymentLookup) -> float | None:
+        try:
+            reply = await asyncio.wait_for(
+                judge(model=self.settings.judge_model, messages=judge_messages(job.prompt, answer), temperature=0,
+                      max_tokens=self.settings.judge_max_tokens, num_retries=0, timeout=self.settings.timeout_s,
+                      metadata={SHADOW_METADATA_KEY: job.call_id}),
+                self.settings.timeout_s,
+            )
+        except Exception as exc:
+            shadow_metrics.record_call("judge", False, 0.0)
+            self._warnings.warn("judge", "PROTEUS shadow: judge call failed: %s", _short(exc))
+            return None
+        hidden = getattr(reply, "_hidden_params", None) or {}
+        model_id = hidden.get("model_id") if isinstance(hidden, Mapping) else None
+        cost = call_cost(reply, lookup(str(model_id)) if model_id else None)
+        shadow_metrics.record_call("judge", True, cost)
+        await self._charge(cost)
+        return parse_score(response_text(reply))
+
+    async def _charge(self, cost: float) -> None:
+        shadow_metrics.record_budget(await self.budget.acharge(cost))
+
+    async def _over_budget(self, count: bool = False) -> bool:
+        """Today's spend has reached the cap; ``count``: a job skipped whole (the skip metric)."""
+        if not await self.budget.aexhausted():
+            return False
+        if count:
+            shadow_metrics.record_skip("budget")
+        self._warnings.warn("budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until 00:00 UTC",
+                            self.budget.cap_usd)
+        return True
+
+    def _write(self, row: dict[str, Any]) -> None:
+        with self._write_lock:
+            self.files.write(json.dumps(row, separators=(",", ":")) + "\n")
+            self.files.flush()
+
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Wait for the running jobs (tests, shutdown)."""
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=timeout)
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def job_candidates(models: Sequence[str], deployments: Sequence[Mapping[str, Any]], costs: Sequence[float],
+                   served: int) -> tuple[list[ShadowCandidate], int]:
+    """One candidate per slot (the served deployment for its own slot, the first listed for the
+    others) and the served one's index among them."""
+    pick: dict[str, int] = {}
+    for i, model in enumerate(models):
+        if model not in pick or i == served:
+            pick[model] = i
+    index = sorted(pick.values())
+    return [ShadowCandidate(models[i], deployments[i], float(costs[i])) for i in index], index.index(served)

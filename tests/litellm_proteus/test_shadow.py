@@ -1,0 +1,132 @@
+"""Shadow evaluation's parts: the daily budget (per process and through a real redis-server), the
+sampling, the pending-request bound, one candidate per slot, the settings' validation."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import redis
+
+from litellm_proteus import shadow_metrics
+from litellm_proteus.config import ProteusConfig, ProteusConfigError
+from litellm_proteus.shadow import ShadowEvaluator, ShadowJob, job_candidates
+from litellm_proteus.shadow_budget import KEY_TTL_S, DailyBudget, utc_day
+from litellm_proteus.shadow_settings import ShadowSettings
+
+DAY = 1_800_000_000.0  # 2027-01-15 08:00 UTC
+ON = {"rate": 0.25, "judge_model": "judge", "daily_budget_usd": 1.0}
+
+
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_budget_per_process_stops_at_the_cap_and_starts_again_the_next_utc_day():
+    clock = Clock(DAY)
+    budget = DailyBudget(0.01, clock=clock)
+    assert not budget.exhausted()
+    assert budget.charge(0.004) == pytest.approx(0.004) and budget.charge(0.0) == pytest.approx(0.004)
+    assert not budget.exhausted()
+    assert budget.charge(0.007) == pytest.approx(0.011) and budget.exhausted()
+    clock.now = DAY + 86400  # the next UTC day
+    assert utc_day(clock.now) != utc_day(DAY) and budget.spent() == 0.0 and not budget.exhausted()
+
+
+def test_budget_through_redis_is_shared_atomically_and_expires(redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    clock = Clock(DAY)
+    a, b = (DailyBudget(0.05, redis.Redis.from_url(redis_server.url, decode_responses=True), "t:spend:", clock=clock)
+            for _ in range(2))
+    for _ in range(20):  # two workers charging in turn
+        a.charge(0.001)
+        b.charge(0.0015)
+    key = f"t:spend:{utc_day(DAY)}"
+    assert float(client.get(key)) == pytest.approx(0.05) and a.spent() == pytest.approx(0.05) == b.spent()
+    assert a.exhausted() and b.exhausted()
+    assert 0 < client.ttl(key) <= KEY_TTL_S
+    clock.now = DAY + 86400
+    assert not a.exhausted()
+
+
+def test_budget_counts_locally_while_redis_is_down(redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5)
+    budget = DailyBudget(0.01, client, "t:down:", retry_after_s=60.0, clock=Clock(DAY))
+    budget.charge(0.004)
+    redis_server.stop()
+    assert budget.charge(0.007) == pytest.approx(0.007)  # this process's own count from here on
+    assert not budget.exhausted()
+    assert budget.charge(0.004) == pytest.approx(0.011) and budget.exhausted()
+
+
+def evaluator(tmp_path, **settings) -> ShadowEvaluator:
+    return ShadowEvaluator(ShadowSettings(**{**ON, **settings}), str(tmp_path), 1 << 20, 10, DailyBudget(1.0),
+                           rng=random.Random(0))
+
+
+def test_sampling_follows_the_tier_rate(tmp_path):
+    shadow = evaluator(tmp_path, tiers={"premium": 0.0, "economy": 1.0})
+    n = 4000
+    share = sum(shadow.sample("standard") for _ in range(n)) / n
+    assert abs(share - 0.25) < 0.025  # binomial sd 0.007
+    assert not any(shadow.sample("premium") for _ in range(200)) and all(shadow.sample("economy") for _ in range(200))
+    off = ShadowEvaluator(ShadowSettings(), str(tmp_path), 1 << 20, 10, DailyBudget(1.0))
+    assert not off.settings.enabled and not any(off.sample("standard") for _ in range(200))
+
+
+def job(call_id: str) -> ShadowJob:
+    return ShadowJob(call_id, "q", [{"role": "user", "content": "q"}], "standard", 0.85, [], 0)
+
+
+def test_pending_requests_are_bounded_and_the_oldest_are_counted(tmp_path):
+    shadow = evaluator(tmp_path, max_pending=3)
+    before = shadow_metrics.snapshot().get("skipped:no_answer", 0)
+    for i in range(5):
+        shadow.offer(job(f"c{i}"))
+    assert list(shadow.pending) == ["c2", "c3", "c4"]
+    assert shadow_metrics.snapshot()["skipped:no_answer"] - before == 2
+    shadow.forget("c3")
+    assert list(shadow.pending) == ["c2", "c4"]
+
+
+def test_one_candidate_per_slot_keeps_the_served_deployment():
+    a1, a2, b = {"id": "a1"}, {"id": "a2"}, {"id": "b"}
+    candidates, served = job_candidates(["A", "A", "B"], [a1, a2, b], [1.0, 2.0, 3.0], served=1)
+    assert [(c.model, c.deployment["id"], c.est_cost_usd) for c in candidates] == [("A", "a2", 2.0), ("B", "b", 3.0)]
+    assert served == 0
+    candidates, served = job_candidates(["A", "A", "B"], [a1, a2, b], [1.0, 2.0, 3.0], served=2)
+    assert [c.deployment["id"] for c in candidates] == ["a1", "b"] and served == 1
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"shadow": {"rate": 0.1}}, r"shadow: shadow evaluation \(a rate > 0\) needs judge_model and daily_budget_usd"),
+    ({"shadow": ON}, "shadow evaluation writes its rows beside the decision log: set decision_log.dir"),
+    ({"shadow": {**ON, "rate": 1.5}}, "shadow.rate: Input should be less than or equal to 1"),
+    ({"shadow": {**ON, "daily_budget_usd": 0}}, "shadow.daily_budget_usd: Input should be greater than 0"),
+    ({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"gold": 0.5}}}, r"shadow.tiers names unknown tiers \['gold'\]"),
+    ({"shadow": {"candidate": 2}}, r"shadow.candidate: Extra inputs are not permitted \(allowed: \['candidates'"),
+])
+def test_bad_shadow_settings_name_the_field(raw, message):
+    with pytest.raises(ProteusConfigError, match=message):
+        ProteusConfig.parse(raw)
+
+
+def test_shadow_is_off_by_default():
+    assert not ProteusConfig.parse({}).shadow.enabled
+    config = ProteusConfig.parse({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"premium": 0.0}}})
+    assert config.shadow.rate_for("premium") == 0.0 and config.shadow.rate_for("economy") == 0.25
+
+
+def test_a_job_that_cannot_start_is_counted_never_raised(tmp_path):
+    shadow = evaluator(tmp_path)
+    candidates, served = job_candidates(["A", "B"], [{"litellm_params": {}}, {"litellm_params": {}}], [1e-3, 2e-3], 0)
+    shadow.offer(ShadowJob("c1", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served))
+    before = shadow_metrics.snapshot().get("skipped:error", 0)
+    # outside an event loop (a sync callback): no task can be created
+    assert shadow.answered("c1", None, judge=None, lookup=lambda _: None) is None
+    assert shadow_metrics.snapshot()["skipped:error"] == before + 1 and "c1" not in shadow.pending
+    assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None) is None  # not sampled: nothing to do
