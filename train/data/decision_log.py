@@ -212,7 +212,8 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         "n_outcomes": sum(1 for r in rows if r["call_id"] in outcomes),
         "n_labelled": int(labelled.sum()),
         "label_share": round(float(labelled.mean()), 6),
-        "n_explored": int((propensity < 1).sum()),
+        # propensity < 1: exploration could have moved the decision (the record does not say whether it did)
+        "n_exploration_on": int((propensity < 1).sum()),
         "labels_per_model": {m: int(labelled[chosen == j].sum()) for j, m in enumerate(models)},
         "feedback_sources": dict(sorted(Counter(feedback[r["call_id"]][2] for r in rows if r["call_id"] in feedback).items())),
         "artifacts": sorted({str(r.get("artifact", "")) for r in rows}),

@@ -90,7 +90,7 @@ def test_train_from_the_decision_log_with_init_records_provenance_and_support(lo
     record = manifest.data.model_dump()
     assert record["source"] == "decision-log"
     prov = record["provenance"]
-    assert prov["n_decisions"] == 600 and 0.4 < prov["label_share"] < 0.6 and prov["n_explored"] > 0
+    assert prov["n_decisions"] == 600 and 0.4 < prov["label_share"] < 0.6 and prov["n_exploration_on"] > 0
     assert record["init"]["weights_sha256"] == read_manifest(DEFAULT_ARTIFACT_DIR).weights_sha256
     assert set(record["off_policy"]) >= {"unlabelled_models", "unsupported_tau", "explored_share"}
     assert manifest.models == read_manifest(DEFAULT_ARTIFACT_DIR).models and manifest.tau_train_range == read_manifest(DEFAULT_ARTIFACT_DIR).tau_train_range
