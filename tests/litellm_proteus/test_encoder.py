@@ -104,3 +104,30 @@ def test_a_corrupt_static_table_is_named(static_folder):
     (static_folder / STATIC_TABLE_FILE).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken")
     with pytest.raises(ValueError, match=f"{STATIC_TABLE_FILE}: unreadable static token table"):
         open_encoder(str(static_folder))
+
+
+def test_the_static_table_is_a_read_only_map_of_its_file(static_folder):
+    """The token table stays file-backed (shared page cache, only used rows resident), never a heap copy."""
+    import mmap
+
+    from safetensors.numpy import load_file
+
+    from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY
+
+    table_file = static_folder / STATIC_TABLE_FILE
+    table = open_encoder(str(static_folder)).static_table
+    assert isinstance(table, np.memmap) and isinstance(table.base, mmap.mmap)
+    assert Path(table.filename) == table_file.resolve() and table.dtype == np.float16
+    assert not table.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        table[0, 0] = 1.0
+    assert np.array_equal(np.asarray(table), load_file(str(table_file))[STATIC_TABLE_KEY])
+
+
+def test_a_truncated_static_table_is_named(static_folder):
+    from litellm_proteus.encoder import STATIC_TABLE_FILE
+
+    table_file = static_folder / STATIC_TABLE_FILE
+    table_file.write_bytes(table_file.read_bytes()[:-768])
+    with pytest.raises(ValueError, match=f"{STATIC_TABLE_FILE}: unreadable static token table .file ends inside the tensor data"):
+        open_encoder(str(static_folder))
