@@ -266,11 +266,19 @@ def verify_bundled_encoder(directory: str | os.PathLike, manifest: Manifest) -> 
 
 def save_shared_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict[str, str]) -> None:
     """``safetensors`` writes files 0600; an artifact is meant to be read by a proxy running as
-    another user, so every tensor file of an artifact is written 0644."""
+    another user, so every tensor file of an artifact is written 0644.  The file is written beside
+    ``path`` and renamed over it: a proxy that memory-maps the old file (the static token table)
+    keeps reading the old bytes instead of a file truncated under it."""
     from safetensors.torch import save_file
 
-    save_file(tensors, str(path), metadata=metadata)
-    Path(path).chmod(0o644)
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        save_file(tensors, str(partial), metadata=metadata)
+        partial.chmod(0o644)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Path:

@@ -26,32 +26,36 @@ def load_static_table(path: Path) -> tuple[np.ndarray, str]:
     """(token table in its stored dtype, e.g. fp16: half the memory of fp32, and the rows a prompt
     uses are widened exactly; SHA-256 of the file).
 
-    Read straight from the file (8-byte header length, JSON header, raw data: the safetensors
-    layout), so the process never holds a second copy: ``safetensors``' loaders map or read the
-    whole file and then copy the tensor out, which doubled the worker's peak memory for the table."""
+    The table is a read-only memory map of the tensor's bytes in the file (8-byte header length,
+    JSON header, raw data: the safetensors layout): its pages are file-backed and clean, so the page
+    cache holds one copy for every worker process on the host, only the pages of rows that prompts
+    used become resident, and the kernel can drop them under memory pressure.  ``safetensors``'
+    loaders would copy the tensor onto the heap instead.  Replace an artifact's file by renaming a
+    new one over it, never by rewriting it in place, while a process maps it."""
     try:
+        file_size = path.stat().st_size
         with open(path, "rb") as handle:
             size = int.from_bytes(handle.read(8), "little")
-            if size > path.stat().st_size - 8:
+            if size > file_size - 8:
                 raise ValueError(f"{path}: unreadable static token table (header length {size} exceeds the file)")
             header = json.loads(handle.read(size))
-            info = header.get(STATIC_TABLE_KEY) if isinstance(header, dict) else None
-            if not isinstance(info, dict) or len(info.get("shape", ())) != 2:
-                raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
-            if info.get("dtype") not in TABLE_DTYPES:
-                raise ValueError(f"{path}: the static token table must be F16 or F32; got {info.get('dtype')!r}")
-            dtype = np.dtype(TABLE_DTYPES[info["dtype"]])
-            start, end = info["data_offsets"]
-            rows, dims = info["shape"]
-            if end - start != rows * dims * dtype.itemsize:
-                raise ValueError(f"{path}: tensor {STATIC_TABLE_KEY!r} data size does not match its shape")
-            handle.seek(8 + size + start)
-            table = np.fromfile(handle, dtype=dtype, count=rows * dims)
+        info = header.get(STATIC_TABLE_KEY) if isinstance(header, dict) else None
+        if not isinstance(info, dict) or len(info.get("shape", ())) != 2:
+            raise ValueError(f"{path}: expected a 2-d tensor named {STATIC_TABLE_KEY!r} (tokens x dims)")
+        if info.get("dtype") not in TABLE_DTYPES:
+            raise ValueError(f"{path}: the static token table must be F16 or F32; got {info.get('dtype')!r}")
+        dtype = np.dtype(TABLE_DTYPES[info["dtype"]])
+        start, end = info["data_offsets"]
+        rows, dims = info["shape"]
+        if end - start != rows * dims * dtype.itemsize:
+            raise ValueError(f"{path}: tensor {STATIC_TABLE_KEY!r} data size does not match its shape")
+        offset = 8 + size + start
+        if offset + rows * dims * dtype.itemsize > file_size:
+            raise ValueError(f"{path}: unreadable static token table (file ends inside the tensor data)")
+        table = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(rows, dims))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: unreadable static token table ({exc})") from exc
-    if table.size != rows * dims:
-        raise ValueError(f"{path}: unreadable static token table (file ends inside the tensor data)")
-    return table.reshape(rows, dims), file_sha256(path)
+    return table, file_sha256(path)
 
 
 class StaticEncoder(Encoder):

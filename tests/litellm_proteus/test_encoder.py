@@ -104,3 +104,50 @@ def test_a_corrupt_static_table_is_named(static_folder):
     (static_folder / STATIC_TABLE_FILE).write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken")
     with pytest.raises(ValueError, match=f"{STATIC_TABLE_FILE}: unreadable static token table"):
         open_encoder(str(static_folder))
+
+
+def test_the_static_table_is_a_read_only_map_of_its_file(static_folder):
+    """The token table stays file-backed (shared page cache, only used rows resident), never a heap copy."""
+    import mmap
+
+    from safetensors.numpy import load_file
+
+    from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY
+
+    table_file = static_folder / STATIC_TABLE_FILE
+    table = open_encoder(str(static_folder)).static_table
+    assert isinstance(table, np.memmap) and isinstance(table.base, mmap.mmap)
+    assert Path(table.filename) == table_file.resolve() and table.dtype == np.float16
+    assert not table.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        table[0, 0] = 1.0
+    assert np.array_equal(np.asarray(table), load_file(str(table_file))[STATIC_TABLE_KEY])
+
+
+def test_a_truncated_static_table_is_named(static_folder):
+    from litellm_proteus.encoder import STATIC_TABLE_FILE
+
+    table_file = static_folder / STATIC_TABLE_FILE
+    table_file.write_bytes(table_file.read_bytes()[:-768])
+    with pytest.raises(ValueError, match=f"{STATIC_TABLE_FILE}: unreadable static token table .file ends inside the tensor data"):
+        open_encoder(str(static_folder))
+
+
+def test_saving_a_table_over_a_mapped_one_leaves_the_mapping_intact(static_folder):
+    """Artifact files are renamed into place: a proxy mapping the old table keeps its bytes."""
+    import torch
+
+    from litellm_proteus.artifact import save_shared_safetensors
+    from litellm_proteus.encoder import STATIC_TABLE_FILE, STATIC_TABLE_KEY
+
+    serving = open_encoder(str(static_folder))
+    before = np.array(serving.static_table)
+    embedding = serving.encode(["a prompt served while the table is replaced"])
+    rows, dims = before.shape
+    save_shared_safetensors({STATIC_TABLE_KEY: torch.ones(rows, dims, dtype=torch.float16)},
+                            static_folder / STATIC_TABLE_FILE, {"base": "test"})
+    assert np.array_equal(serving.static_table, before)
+    assert np.array_equal(serving.encode(["a prompt served while the table is replaced"]), embedding)
+    assert np.all(open_encoder(str(static_folder)).static_table == 1)
+    assert (static_folder / STATIC_TABLE_FILE).stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in static_folder.iterdir() if p.name.startswith(".")) == []

@@ -7,7 +7,8 @@ Sections (each also printed as a table):
 - ``proxy``: end-to-end p50/p99 through real ``litellm --config`` proxies, PROTEUS vs
   ``simple-shuffle``, against a mock upstream answering after ``--upstream-delay`` seconds;
 - ``rss_mb``: peak resident memory of the PROTEUS proxy worker (of this process with
-  ``--skip-proxy``; ``rss_source`` says which).
+  ``--skip-proxy``; ``rss_source`` says which); ``proxy.shuffle_rss_mb`` the simple-shuffle
+  worker's, ``proxy.startup_rss_mb`` both workers' before their first request.
 Defaults finish in about 5 minutes on 2 CPU cores; ``--quick`` is a smoke run of a few seconds
 (plus proxy start-up).
 """
@@ -162,6 +163,10 @@ def print_report(result: dict) -> None:
     shuffle_rss = (result["proxy"] or {}).get("shuffle_rss_mb")
     print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB"
           + (f" vs simple-shuffle proxy worker {shuffle_rss:.0f} MiB (+{result['rss_mb'] - shuffle_rss:.0f} MiB)" if shuffle_rss else ""))
+    startup = (result["proxy"] or {}).get("startup_rss_mb")
+    if startup:
+        print(f"proxy workers at start-up: proteus {startup['proteus']:.0f} MiB vs simple-shuffle {startup['shuffle']:.0f} MiB"
+              f" (+{startup['proteus'] - startup['shuffle']:.0f} MiB)")
     if result.get("quality"):
         print(f"vs fp32 reference: {result['quality']}")
 

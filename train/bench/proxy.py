@@ -10,7 +10,9 @@ synchronized burst per round).
 The ratio of the two p50 (and p99) latencies is the router's end-to-end cost.
 
 ``rss_mb`` is the peak resident set (``VmHWM``) of the PROTEUS proxy worker (the largest over the
-proxy process and its children) after the run: the model, LiteLLM and the served traffic.
+proxy process and its children) after the run: the model, LiteLLM and the served traffic;
+``startup_rss_mb`` is the same figure for both proxies once they answer ``/health/liveliness``,
+before any request.
 
 On a small host the load generator and the mock upstream compete with the proxy for the same cores,
 which a client and an LLM provider elsewhere would not.  ``load_nice`` (``proteus bench
@@ -270,6 +272,7 @@ def proxy_bench(
             if progress:
                 progress(f"waiting for the {name} proxy on port {port}")
             service.wait_http(f"http://127.0.0.1:{port}/health/liveliness", settings.startup_timeout_s)
+        startup_rss = {name: peak_rss_mb(service.process.pid) for name, (service, _) in proxies.items()}
         urls = {name: f"http://127.0.0.1:{port}/v1/chat/completions" for name, (_, port) in proxies.items()}
         results = run_niced(lambda: asyncio.run(_load(urls, prompts, settings, master_key, progress)), settings.load_nice)
         rss = {name: peak_rss_mb(service.process.pid) for name, (service, _) in proxies.items()}
@@ -290,6 +293,7 @@ def proxy_bench(
         "requests": {name: len(r["latencies"]) for name, r in results.items()},
         "errors": {name: r["errors"] for name, r in results.items()},
         "shuffle_rss_mb": rss["shuffle"],
+        "startup_rss_mb": startup_rss,
         "load_nice": settings.load_nice,
     }
     return section, rss["proteus"]

@@ -104,6 +104,9 @@ def test_quick_bench_through_real_proxies(make_artifact, tmp_path, monkeypatch):
     # every request was answered by the mock upstream, so neither p50 can beat its delay
     assert proxy["proteus_p50_ms"] >= proxy["upstream_delay_ms"] and proxy["shuffle_p50_ms"] >= proxy["upstream_delay_ms"]
     assert result["rss_source"] == "proteus proxy worker" and result["rss_mb"] > 100
+    # start-up figures are taken before any request: never above the same worker's peak after the run
+    assert 100 < proxy["startup_rss_mb"]["proteus"] <= result["rss_mb"]
+    assert 100 < proxy["startup_rss_mb"]["shuffle"] <= proxy["shuffle_rss_mb"]
     log = (out / "proxy" / "proxy-proteus.log").read_text()
     assert '"tau_source"' in log or "proteus" in log  # the PROTEUS proxy logged its decisions
 
