@@ -178,6 +178,11 @@ class ProteusConfig(BaseModel):
     compliance: ComplianceSettings = Field(
         default_factory=ComplianceSettings, description="live compliance controller (docs/live-compliance.md)"
     )
+    prompt_tokens: Literal["chars", "litellm"] = Field(
+        "chars",
+        description="prompt tokens in c_i: 'chars' = ceil(characters / 4), training's estimate (no tokenizer); "
+        "'litellm' = litellm.token_counter (cl100k_base, ~31 MiB per worker)",
+    )
     log_decisions: bool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,

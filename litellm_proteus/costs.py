@@ -28,6 +28,8 @@ import numpy as np
 
 from .request import short_repr
 
+# Token estimate of a text, in training (every logged prompt and response) and at serving by default.
+CHARS_PER_TOKEN = 4
 # Free deployments (local models) still need a finite log-cost.
 MIN_COST_USD = 1e-9
 

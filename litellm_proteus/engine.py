@@ -10,8 +10,12 @@ Plain Python (no proxy, no event loop), so each rule is unit-testable:
   or without its provider prefix) when it names a slot.
 - live prices: ``costs.deployment_prices``.
 - c_i = prompt_tokens * input_price_i + avg_output_tokens[slot_i] * output_price_i, with prompt
-  tokens counted once per request by ``litellm.token_counter`` (its default tokenizer: one count
-  for all candidates keeps the comparison fair); the predictor normalises c_i like training did.
+  tokens counted once per request for all candidates (one count keeps the comparison fair):
+  ``prompt_tokens: chars`` (default) estimates ceil(characters / 4) of the routing text, the
+  estimate training applied to every logged prompt and to ``avg_output_tokens``, so live c_i are in
+  the units the artifact's cost bounds were fitted in, and no tokenizer is loaded;
+  ``prompt_tokens: litellm`` counts with ``litellm.token_counter`` (cl100k_base, ~31 MiB per
+  worker).  The predictor normalises c_i like training did.
 - retries: deployments that already failed the request (``ProteusRequest.failed_ids``) are never
   re-picked; if that leaves nothing, only the one that failed last is excluded.
 
@@ -22,12 +26,13 @@ raw request is ``request.py``'s job.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .config import ProteusConfig
-from .costs import DeploymentMappingError, Prices, deployment_id, deployment_prices, model_name_variants
+from .costs import CHARS_PER_TOKEN, DeploymentMappingError, Prices, deployment_id, deployment_prices, model_name_variants
 from .exploration import explore_decision
 from .predictor import Candidate, Decision
 from .request import TierChoice
@@ -119,7 +124,13 @@ class Routed:
     propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
 
 
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
+    """ceil(characters / CHARS_PER_TOKEN) of the routing text: training's estimate of a logged prompt."""
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
 def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
+    """LiteLLM's count (``prompt_tokens: litellm``)."""
     import litellm
 
     try:
@@ -128,7 +139,13 @@ def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str)
         return int(litellm.token_counter(text=text))
     except Exception as exc:  # tokenizer trouble must not fail routing: ~4 characters per token
         logger.warning("token counting failed (%s); estimating from length", exc)
-        return max(1, len(text) // 4)
+        return estimate_prompt_tokens(messages, text)
+
+
+PROMPT_TOKEN_COUNTERS: dict[str, Callable[[Sequence[Mapping[str, Any]] | None, str], int]] = {
+    "chars": estimate_prompt_tokens,
+    "litellm": count_prompt_tokens,
+}
 
 
 class DecisionEngine:
@@ -143,14 +160,14 @@ class DecisionEngine:
         config: ProteusConfig,
         predictor: Any = None,
         *,
-        token_counter: Callable[[Sequence[Mapping[str, Any]] | None, str], int] = count_prompt_tokens,
+        token_counter: Callable[[Sequence[Mapping[str, Any]] | None, str], int] | None = None,
         cost_map: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         self.manifest = manifest
         self.config = config
         self.predictor = predictor
         self.slots: list[str] = list(manifest.models)
-        self._count_tokens = token_counter
+        self._count_tokens = token_counter or PROMPT_TOKEN_COUNTERS[config.prompt_tokens]
         self._cost_map = cost_map
         outputs = manifest.avg_output_tokens
         fallback = sum(outputs.values()) / len(outputs) if outputs else 0.0

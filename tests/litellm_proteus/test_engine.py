@@ -232,6 +232,28 @@ def test_decide_estimates_costs_from_prompt_tokens_and_average_outputs():
     assert routed[0].prompt_tokens == 50 and routed[0].cost_usd == pytest.approx(50 * 1e-5 + 100 * 3e-5)
 
 
+def test_prompt_tokens_default_to_trainings_estimate_and_litellm_counts_on_request():
+    import litellm
+
+    manifest = SimpleNamespace(models=SLOTS, avg_output_tokens={})
+    messages = [{"role": "user", "content": "Summarise the French Revolution in one sentence, please."}]
+    request = [DecisionRequest("Summarise the French Revolution in one sentence, please.", messages, 0.8,
+                               [DecisionEngine(manifest, CONFIG).score(deployment("a", "gpt-4-1106-preview"))])]
+    by_chars = DecisionEngine(manifest, CONFIG, RecordingPredictor()).decide(request)[0]
+    assert by_chars.prompt_tokens == math.ceil(len(request[0].text) / 4) == 14  # as training estimated logged prompts
+    config = ProteusConfig.parse({"prompt_tokens": "litellm"})
+    by_litellm = DecisionEngine(manifest, config, RecordingPredictor()).decide(request)[0]
+    assert by_litellm.prompt_tokens == litellm.token_counter(messages=messages) != by_chars.prompt_tokens
+
+
+def test_prompt_tokens_names_the_allowed_counters():
+    from litellm_proteus.config import ProteusConfigError
+
+    with pytest.raises(ProteusConfigError) as info:
+        ProteusConfig.parse({"prompt_tokens": "tiktoken"})
+    assert "prompt_tokens" in str(info.value) and "'chars'" in str(info.value) and "'litellm'" in str(info.value)
+
+
 @pytest.fixture(scope="module")
 def steerable_engine(steerable_artifact):
     from litellm_proteus.predictor import ProteusPredictor

@@ -99,6 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     proxy.add_argument("--proxy-callers", type=int, help="concurrent clients per round (default 8)")
     proxy.add_argument("--proxy-requests", type=int, help="requests per strategy (default 64)")
     proxy.add_argument("--proxy-tokens", type=int, default=128, help="prompt length sent through the proxies")
+    proxy.add_argument("--prompt-tokens", default="chars", choices=["chars", "litellm"],
+                       help="the PROTEUS proxy's routing_strategy_args.prompt_tokens (default chars)")
     proxy.add_argument("--load-nice", type=int, default=0, metavar="N",
                        help="run the load generator and mock upstream N (1-19) niceness steps below the proxies, "
                             "as if they ran on other machines (Linux; default 0: equal priority)")
@@ -261,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
             device=predictor.device,
             artifact=str(artifact.resolve()),
             threads=args.threads,
-            strategy_args={"predictor_options": predictor_options(args)},
+            strategy_args={"predictor_options": predictor_options(args), "prompt_tokens": args.prompt_tokens},
             load_nice=args.load_nice,
         )
     if not args.skip_concurrency:

@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from litellm_proteus.costs import CHARS_PER_TOKEN
 from litellm_proteus.prompts import turns_text
 
 from .logs import RoutingLog
 
 SUFFIXES = (".pkl", ".pickle", ".csv", ".parquet", ".jsonl")
 FORMATS = ("routerbench", "sprout", "routellm", "decision-log")
-CHARS_PER_TOKEN = 4
 # Split names accepted in a ``split`` column or a file name, and what they mean.
 SPLIT_ALIASES = {"train": "train", "val": "val", "validation": "val", "test": "test"}
 
