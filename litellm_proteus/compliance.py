@@ -9,7 +9,8 @@ After every decision the tau offset moves::
     p_hat  = mean(p_chosen) + w * mean(label - p)      (labels win as they accumulate)
     m0     = clip(p_ref(tau) - tau, 0, margin)         (margin where the artifact stores no p_ref)
     target = tau + min(margin, (1 - w) * m0 + w * (mean(label) - lower95(label)))
-    delta <- clip((1 - decay) * delta + step * (target - p_hat), lower, delta_max)
+    error  = target - p_hat, but 0 while delta <= 0 and 0 < error < start_z * se(window mean p)
+    delta <- clip((1 - decay) * delta + step * error, lower, delta_max)
     lower  = delta_min if lower95(label) > tau, else 0  (Wilson bound)
 
 p_ref(tau) is the mean calibrated p that static calibration validated at tau (the artifact's
@@ -18,7 +19,7 @@ traffic is predicted below both it and tau + margin, i.e. on a shift, not on tra
 was validated for.  The margin covers what predictions miss of a shift; labels can only shrink it,
 to their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
 
-and the router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
+The router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
 
 State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
@@ -36,7 +37,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,11 +62,8 @@ class ComplianceSettings(BaseModel):
     delta_min: float = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
     delta_max: float = Field(0.3, ge=0, le=1, description="highest delta")
     decay: float = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
-    decay_when: Literal["always", "eased"] = Field(
-        "always", description="always: decay every decision; eased: only while p_hat meets the target (no leak under a shift)"
-    )
     start_z: float = Field(
-        0.0, ge=0, le=10,
+        3.0, ge=0, le=10,
         description="at rest (delta <= 0) delta rises only once p_hat is below target by start_z standard errors of the window's mean p",
     )
     margin: float | None = Field(
@@ -146,8 +144,7 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
         std_err = math.sqrt(max(state.sum_p2 / state.n - mean_p * mean_p, 0.0) / state.n)
         if error < s.start_z * std_err:
             error = 0.0
-    decay = s.decay if s.decay_when == "always" or error <= 0.0 else 0.0
-    moved = (1.0 - decay) * state.delta + s.step * error
+    moved = (1.0 - s.decay) * state.delta + s.step * error
     state.delta = min(max(moved, lower), s.delta_max)
     state.infeasible = state.sum_best / state.n + residual < tau
 
@@ -200,7 +197,7 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior, then m0 (the label-free margin), start_z and decay_when ("always" | "eased").  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
+# step, ttl_s, label_prior, then m0 (the label-free margin) and start_z.  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
 local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -208,7 +205,7 @@ local window, lwindow = tonumber(ARGV[5]), tonumber(ARGV[6])
 local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local prior, free_margin, start_z, decay_when = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]), ARGV[18]
+local prior, free_margin, start_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
@@ -252,7 +249,6 @@ else
       local std_err = math.sqrt(math.max(num('sum_p2') / n - mean_p * mean_p, 0) / n)
       if err < start_z * std_err then err = 0 end
     end
-    if decay_when == 'eased' and err > 0 then decay = 0 end
     local delta = (1 - decay) * num('delta') + step * err
     delta = math.min(math.max(delta, lower), dmax)
     redis.call('HSET', h, 'delta', string.format('%.17g', delta))
@@ -289,7 +285,7 @@ class RedisBackend:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
                 s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior,
-                repr(float(free_margin)), s.start_z, s.decay_when]
+                repr(float(free_margin)), s.start_z]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")

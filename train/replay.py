@@ -288,6 +288,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least")
     parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each)")
     parser.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="tiers (default: middles of tau_range's thirds)")
+    parser.add_argument("--fixed-deltas", nargs="+", type=float, default=[], metavar="DELTA",
+                        help="also route every request at these fixed offsets (controller off): the cost-accuracy slope near tau")
     parser.add_argument("--compliance", default="{}", metavar="JSON", help="ComplianceSettings fields, e.g. '{\"step\": 0.05}'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
@@ -363,7 +365,8 @@ def run(args: argparse.Namespace) -> int:
                                 fixed_delta=settings.delta_max, degradation=degradation)
             runs[tier] = {"static": static}
             static_cost = float(static.cost.mean() * 1000)
-            tier_report = {"tau": tau, "static": summarize(static, tau, shift, args.window, None)}
+            tier_report = {"tau": tau, "static": summarize(static, tau, shift, args.window, None),
+                           "p_ref": predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)}
             after = slice(shift if shift < len(rows) else 0, len(rows))
             tier_report["top_accuracy_after_shift"] = round(float(top.correct[after].mean()), 4)
             tier_report["top_reaches_tau"] = bool(top.correct[after].mean() >= tau)
@@ -371,6 +374,10 @@ def run(args: argparse.Namespace) -> int:
                 tier_report["degraded"] = {"model": inputs.manifest.models[degradation.slot], "slot": degradation.slot,
                                            "success_rate": round(degradation.rate, 4), "drop": degradation.drop,
                                            "static_share": round(float(np.mean(static.slot[shift:] == degradation.slot)), 4)}
+            for offset in args.fixed_deltas:
+                fixed = replay_stream(predictor, None, rows, test, tau, tier, 0.0, args.label_delay, args.batch, args.seed,
+                                      fixed_delta=offset, degradation=degradation)
+                tier_report.setdefault("fixed_delta", {})[f"{offset:g}"] = summarize(fixed, tau, shift, args.window, static_cost)
             for share in args.labels:
                 controller = ComplianceController(settings, artifact_margin=inputs.manifest.calibration.margin)
                 trace = replay_stream(predictor, controller, rows, test, tau, tier, share, args.label_delay, args.batch,
