@@ -51,7 +51,7 @@ class ComplianceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = Field(True, description="false: route at the static calibration, record nothing")
-    step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (tau + margin - p_hat) per decision")
+    step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (target - p_hat) per decision")
     window: int = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
     label_window: int = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")
     label_prior: float = Field(
