@@ -67,7 +67,8 @@ class ComplianceSettings(BaseModel):
         description="at rest (delta <= 0) delta rises only once p_hat is below target by start_z standard errors of the window's mean p",
     )
     margin: float | None = Field(
-        0.01, ge=0, le=0.5, description="without labels p_hat is steered to tau + margin; null: the artifact's tau calibration margin"
+        0.01, ge=0, le=0.5,
+        description="without labels p_hat is steered to min(tau + margin, the artifact's reference p); null: the artifact's tau calibration margin",
     )
     tau_bucket: float = Field(0.01, gt=0, le=1, description="width of the buckets request-sent taus share state in")
     ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
@@ -197,7 +198,8 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior, then m0 (the label-free margin) and start_z.  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
+# step, ttl_s, label_prior, then m0 (the label-free margin) and start_z.  Returns {delta, infeasible}
+# as strings (Lua numbers would be cut to integers).
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
 local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -304,8 +306,8 @@ class RedisBackend:
         values, n, n_labels = pipe.execute()
         f = lambda name: float(values.get(name, 0.0))  # noqa: E731
         return WindowState(
-            n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels), sum_res=f("sum_res"),
-            sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
+            n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels),
+            sum_res=f("sum_res"), sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
         )
 
 

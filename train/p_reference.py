@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from litellm_proteus.artifact import Manifest, TauCalibration
+from litellm_proteus.model import ProteusModel
 from litellm_proteus.operating_points import POLICY, OperatingPoint
 
 from .routing import route_at_points
 
 
-def mean_chosen_p(model, manifest: Manifest, embeddings: np.ndarray, costs_usd: np.ndarray,
+def mean_chosen_p(model: ProteusModel, manifest: Manifest, embeddings: np.ndarray, costs_usd: np.ndarray,
                   points: list[tuple[float, OperatingPoint]]) -> list[float]:
     """For each (policy tau, rule): the mean calibrated p of the chosen slot over every row."""
     n = len(embeddings)
@@ -34,7 +35,7 @@ def mean_chosen_p(model, manifest: Manifest, embeddings: np.ndarray, costs_usd: 
     return out
 
 
-def with_reference_p(model, manifest: Manifest, embeddings: np.ndarray, costs_usd: np.ndarray) -> TauCalibration:
+def with_reference_p(model: ProteusModel, manifest: Manifest, embeddings: np.ndarray, costs_usd: np.ndarray) -> TauCalibration:
     """``manifest.calibration`` with ``requested_p_ref`` and ``frontier_p_ref`` measured on the rows
     given (the validation split)."""
     cal = manifest.calibration
