@@ -80,6 +80,11 @@ class TauCalibration(BaseModel):
     then the policy point a rule falls back to when its slot has no live candidate.  Empty lists
     mean every entry is the policy.  ``centroids``: the cluster rules' k-means centroids of the
     encoder embedding.
+
+    ``requested_p_ref`` / ``frontier_p_ref`` (optional, parallel to ``requested`` / the frontier):
+    the mean calibrated p of the chosen deployments when the validation split is routed at that
+    entry -- the predicted quality static calibration validated, which the compliance controller
+    steers to without labels (``TauMapper.reference_p``).  Empty: the controller's own margin.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -92,6 +97,8 @@ class TauCalibration(BaseModel):
     requested_point: list[OperatingPoint] = Field(default_factory=list, description="rule per requested tau (empty: policy)")
     frontier_point: list[OperatingPoint] = Field(default_factory=list, description="rule per hull point (empty: policy)")
     centroids: list[list[float]] = Field(default_factory=list, description="k-means centroids of the cluster rules")
+    requested_p_ref: list[float] = Field(default_factory=list, description="validated mean calibrated p per requested tau")
+    frontier_p_ref: list[float] = Field(default_factory=list, description="validated mean calibrated p per hull point")
 
     @model_validator(mode="after")
     def _check(self) -> "TauCalibration":
@@ -108,6 +115,10 @@ class TauCalibration(BaseModel):
             raise ValueError("calibration.requested_point must be empty or as long as calibration.requested")
         if self.frontier_point and len(self.frontier_point) != n:
             raise ValueError("calibration.frontier_point must be empty or as long as calibration.frontier_policy_tau")
+        if self.requested_p_ref and len(self.requested_p_ref) != len(self.requested):
+            raise ValueError("calibration.requested_p_ref must be empty or as long as calibration.requested")
+        if self.frontier_p_ref and len(self.frontier_p_ref) != n:
+            raise ValueError("calibration.frontier_p_ref must be empty or as long as calibration.frontier_policy_tau")
         points = self.requested_point + self.frontier_point
         n_clusters = len(self.centroids)
         for point in points:

@@ -7,14 +7,19 @@ After every decision the tau offset moves::
 
     w      = n_labels / (n_labels + label_prior)       (0 below min_labels labels)
     p_hat  = mean(p_chosen) + w * mean(label - p)      (labels win as they accumulate)
-    target = tau + min(margin, (1 - w) * margin + w * (mean(label) - lower95(label)))
-    delta <- clip((1 - decay) * delta + step * (target - p_hat), lower, delta_max)
+    m0     = clip(p_ref(tau) - tau, 0, margin)         (margin where the artifact stores no p_ref)
+    target = tau + min(margin, (1 - w) * m0 + w * (mean(label) - lower95(label)))
+    error  = target - p_hat, but 0 while delta <= 0 and 0 < error < start_z * se(window mean p)
+    delta <- clip((1 - decay) * delta + step * error, lower, delta_max)
     lower  = delta_min if lower95(label) > tau, else 0  (Wilson bound)
 
-Without labels the margin covers what predictions miss of a shift; labels can only shrink it, to
-their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
+p_ref(tau) is the mean calibrated p that static calibration validated at tau (the artifact's
+``requested_p_ref`` / ``frontier_p_ref``): without labels the controller moves only once live
+traffic is predicted below both it and tau + margin, i.e. on a shift, not on traffic the tau table
+was validated for.  The margin covers what predictions miss of a shift; labels can only shrink it,
+to their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
 
-and the router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
+The router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
 
 State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
@@ -46,7 +51,7 @@ class ComplianceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     enabled: bool = Field(True, description="false: route at the static calibration, record nothing")
-    step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (tau + margin - p_hat) per decision")
+    step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (target - p_hat) per decision")
     window: int = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
     label_window: int = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")
     label_prior: float = Field(
@@ -57,8 +62,13 @@ class ComplianceSettings(BaseModel):
     delta_min: float = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
     delta_max: float = Field(0.3, ge=0, le=1, description="highest delta")
     decay: float = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
+    start_z: float = Field(
+        3.0, ge=0, le=10,
+        description="at rest (delta <= 0) delta rises only once p_hat is below target by start_z standard errors of the window's mean p",
+    )
     margin: float | None = Field(
-        0.01, ge=0, le=0.5, description="without labels p_hat is steered to tau + margin; null: the artifact's tau calibration margin"
+        0.01, ge=0, le=0.5,
+        description="without labels p_hat is steered to min(tau + margin, the artifact's reference p); null: the artifact's tau calibration margin",
     )
     tau_bucket: float = Field(0.01, gt=0, le=1, description="width of the buckets request-sent taus share state in")
     ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
@@ -88,6 +98,7 @@ class WindowState:
 
     n: int = 0
     sum_p: float = 0.0
+    sum_p2: float = 0.0  # p^2: the window mean's standard error (start_z)
     sum_best: float = 0.0
     n_labels: int = 0
     sum_res: float = 0.0  # label - p
@@ -108,8 +119,13 @@ def realised_bounds(n: int, sum_y: float) -> tuple[float, float, float]:
     return mean, centre - half, centre + half
 
 
-def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: float) -> None:
-    """The dual step after a decision (mirrored by ``_LUA``)."""
+def label_free_margin(margin: float, tau: float, p_ref: float | None) -> float:
+    """m0: how far above tau the label-free target sits (the validated p_ref caps the margin)."""
+    return margin if p_ref is None else min(max(p_ref - tau, 0.0), margin)
+
+
+def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: float, free_margin: float) -> None:
+    """The dual step after a decision (mirrored by ``_LUA``); ``free_margin``: m0."""
     if state.n < s.min_decisions:
         return
     residual = weight = ci_half = 0.0
@@ -121,9 +137,15 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
         ci_half = mean - low
         if low > tau:
             lower = s.delta_min
-    p_hat = state.sum_p / state.n + residual
-    target = tau + min(margin, (1.0 - weight) * margin + weight * ci_half)
-    moved = (1.0 - s.decay) * state.delta + s.step * (target - p_hat)
+    mean_p = state.sum_p / state.n
+    p_hat = mean_p + residual
+    target = tau + min(margin, (1.0 - weight) * free_margin + weight * ci_half)
+    error = target - p_hat
+    if state.delta <= 0.0 and error > 0.0:  # at rest: only a shortfall beyond the window's noise starts it
+        std_err = math.sqrt(max(state.sum_p2 / state.n - mean_p * mean_p, 0.0) / state.n)
+        if error < s.start_z * std_err:
+            error = 0.0
+    moved = (1.0 - s.decay) * state.delta + s.step * error
     state.delta = min(max(moved, lower), s.delta_max)
     state.infeasible = state.sum_best / state.n + residual < tau
 
@@ -144,19 +166,21 @@ class LocalBackend:
         state = self.state(key)
         return state.delta, state.infeasible
 
-    def decision(self, key: str, tau: float, p: float, p_best: float) -> None:
+    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> None:
         state = self.state(key)
         with self._lock:
             state.decisions.append((p, p_best))
             state.n += 1
             state.sum_p += p
+            state.sum_p2 += p * p
             state.sum_best += p_best
             if state.n > self.s.window:
                 old_p, old_best = state.decisions.popleft()
                 state.n -= 1
                 state.sum_p -= old_p
+                state.sum_p2 -= old_p * old_p
                 state.sum_best -= old_best
-            update_delta(state, tau, self.s, self.margin)
+            update_delta(state, tau, self.s, self.margin, free_margin)
 
     def feedback(self, key: str, p: float, y: float) -> None:
         state = self.state(key)
@@ -174,7 +198,8 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior.  Returns {delta, infeasible} as strings (Lua numbers would be cut to integers).
+# step, ttl_s, label_prior, then m0 (the label-free margin) and start_z.  Returns {delta, infeasible}
+# as strings (Lua numbers would be cut to integers).
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
 local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -182,7 +207,7 @@ local window, lwindow = tonumber(ARGV[5]), tonumber(ARGV[6])
 local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local prior = tonumber(ARGV[15])
+local prior, free_margin, start_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
@@ -197,10 +222,12 @@ if kind == 'f' then
 else
   redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_p', p)
+  redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
   redis.call('HINCRBYFLOAT', h, 'sum_best', x)
   if redis.call('LLEN', dl) > window then
     local op, ob = split(redis.call('LPOP', dl))
     redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
+    redis.call('HINCRBYFLOAT', h, 'sum_p2', -op * op)
     redis.call('HINCRBYFLOAT', h, 'sum_best', -ob)
   end
   local n = redis.call('LLEN', dl)
@@ -216,9 +243,15 @@ else
       ci_half = mean - (centre - half)
       if centre - half > tau then lower = dmin end
     end
-    local p_hat = num('sum_p') / n + residual
-    local target = tau + math.min(margin, (1 - weight) * margin + weight * ci_half)
-    local delta = (1 - decay) * num('delta') + step * (target - p_hat)
+    local mean_p = num('sum_p') / n
+    local p_hat = mean_p + residual
+    local target = tau + math.min(margin, (1 - weight) * free_margin + weight * ci_half)
+    local err = target - p_hat
+    if num('delta') <= 0 and err > 0 then
+      local std_err = math.sqrt(math.max(num('sum_p2') / n - mean_p * mean_p, 0) / n)
+      if err < start_z * std_err then err = 0 end
+    end
+    local delta = (1 - decay) * num('delta') + step * err
     delta = math.min(math.max(delta, lower), dmax)
     redis.call('HSET', h, 'delta', string.format('%.17g', delta))
     local infeasible = 0
@@ -250,20 +283,21 @@ class RedisBackend:
         base = self.s.key_prefix + key
         return [base, base + ":decisions", base + ":labels"]
 
-    def _args(self, kind: str, tau: float, p: float, x: float) -> list[Any]:
+    def _args(self, kind: str, tau: float, p: float, x: float, free_margin: float) -> list[Any]:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
-                s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior]
+                s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior,
+                repr(float(free_margin)), s.start_z]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
         return float(delta or 0.0), infeasible == "1"
 
-    def decision(self, key: str, tau: float, p: float, p_best: float) -> None:
-        self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best))
+    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> None:
+        self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best, free_margin))
 
     def feedback(self, key: str, p: float, y: float) -> None:
-        self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y))
+        self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y, self.margin))
 
     def state(self, key: str) -> WindowState:
         h, dl, ll = self._keys(key)
@@ -272,8 +306,8 @@ class RedisBackend:
         values, n, n_labels = pipe.execute()
         f = lambda name: float(values.get(name, 0.0))  # noqa: E731
         return WindowState(
-            n=int(n), sum_p=f("sum_p"), sum_best=f("sum_best"), n_labels=int(n_labels), sum_res=f("sum_res"),
-            sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
+            n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels),
+            sum_res=f("sum_res"), sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
         )
 
 
@@ -331,11 +365,15 @@ class ComplianceController:
             self._warn_infeasible(state_key, tau)
         return Control(tau + delta, delta, infeasible, state_key)
 
-    def record_decision(self, state_key: str, tau: float, p_chosen: float, p_best: float | None = None) -> None:
+    def record_decision(
+        self, state_key: str, tau: float, p_chosen: float, p_best: float | None = None, p_ref: float | None = None
+    ) -> None:
         """``p_best``: the highest calibrated p among the candidates (what the top operating point
-        would reach); defaults to ``p_chosen``."""
+        would reach); defaults to ``p_chosen``.  ``p_ref``: the mean calibrated p static calibration
+        validated at ``tau`` (``TauMapper.reference_p``); None: the label-free target is tau + margin."""
         if self.settings.enabled:
-            self._call("decision", state_key, float(tau), float(p_chosen), float(p_chosen if p_best is None else p_best))
+            self._call("decision", state_key, float(tau), float(p_chosen), float(p_chosen if p_best is None else p_best),
+                       label_free_margin(self.margin, float(tau), p_ref))
 
     def record_feedback(self, state_key: str, tau: float, p_chosen: float, outcome: float) -> None:
         if not 0.0 <= outcome <= 1.0:

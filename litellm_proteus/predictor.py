@@ -96,6 +96,8 @@ class TauMapper:
         self._margin = cal.margin
         self._frontier_points = cal.frontier_point
         self._requested_points = cal.requested_point
+        self._frontier_p_ref = np.asarray(cal.frontier_p_ref) if cal.frontier_p_ref else None
+        self._requested_p_ref = np.asarray(cal.requested_p_ref) if cal.requested_p_ref else None
         self.centroids = np.asarray(cal.centroids, dtype=np.float64) if cal.centroids else None
 
     def effective(self, tau: float) -> tuple[float, bool]:
@@ -120,6 +122,22 @@ class TauMapper:
             at = min(int(np.searchsorted(requested, tau_effective - 1e-12)), len(requested) - 1)
             return float(policy_taus[at]), self._requested_points[at]
         return float(np.interp(tau_effective, *self._cal)), POLICY
+
+    def reference_p(self, tau_effective: float, mixing: bool) -> float | None:
+        """The mean calibrated p of the chosen deployments that static calibration validated at
+        ``tau_effective`` (``mixing``: as ``operating_point`` with draws, the two hull points'
+        references in their shares); None when the artifact stores none for that routing."""
+        if mixing and self._frontier is not None:
+            if self._frontier_p_ref is None:
+                return None
+            lower, upper, share = frontier_share(self._frontier[0], tau_effective + self._margin)
+            return float((1.0 - share) * self._frontier_p_ref[lower] + share * self._frontier_p_ref[upper])
+        if self._cal is None or self._requested_p_ref is None:
+            return None
+        requested = self._cal[0]
+        if self._requested_points:
+            return float(self._requested_p_ref[min(int(np.searchsorted(requested, tau_effective - 1e-12)), len(requested) - 1)])
+        return float(np.interp(tau_effective, requested, self._requested_p_ref))
 
     def policy_tau(self, tau_effective: float, draw: float | None = None) -> float:
         return self.operating_point(tau_effective, draw)[0]

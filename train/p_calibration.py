@@ -138,19 +138,35 @@ def raw_p(model, embeddings: np.ndarray) -> np.ndarray:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--artifact", required=True, metavar="DIR", help="artifact to calibrate (its manifest is rewritten)")
     parser.add_argument("--data", nargs="+", metavar="PATH", help="training data (default: manifest.data.paths)")
+    parser.add_argument("--reference-only", action="store_true",
+                        help="keep the artifact's p_calibration; only store the validated reference p (p_reference.py)")
     parser.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``proteus calibrate-p``: fit on the artifact's validation split, report ECE on its test split."""
+    """``proteus calibrate-p``: fit on the artifact's validation split, report ECE on its test split,
+    and store the reference p the compliance controller steers to without labels."""
     from .evaluation.inputs import load_inputs
+    from .p_reference import with_reference_p
 
     inputs = load_inputs(args.artifact, data=args.data, progress=args.progress)
-    cal = fit_p_calibration(raw_p(inputs.model, inputs.val.emb), inputs.val.scores, fitted_on="validation")
+    manifest = read_manifest(args.artifact)
     test_p = raw_p(inputs.model, inputs.test.emb)
-    cal.metrics["test"] = calibration_report(cal, test_p, inputs.test.scores)
-    manifest = read_manifest(args.artifact).model_copy(update={"p_calibration": cal})
+    if args.reference_only:
+        if manifest.p_calibration is None:
+            raise ValueError("--reference-only: the artifact has no p_calibration to keep; run without --reference-only")
+        cal = manifest.p_calibration
+    else:
+        cal = fit_p_calibration(raw_p(inputs.model, inputs.val.emb), inputs.val.scores, fitted_on="validation")
+        cal.metrics["test"] = calibration_report(cal, test_p, inputs.test.scores)
+        manifest = manifest.model_copy(update={"p_calibration": cal})
+    manifest = manifest.model_copy(
+        update={"calibration": with_reference_p(inputs.model, manifest, inputs.val.emb, inputs.val.costs)}
+    )
     path = Path(args.artifact) / MANIFEST_FILE
     path.write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
-    print(json.dumps({"artifact": str(args.artifact), "methods": [s.method for s in cal.slots], "test": cal.metrics["test"]}, indent=2))
+    print(json.dumps({"artifact": str(args.artifact), "methods": [s.method for s in cal.slots],
+                      "test": calibration_report(cal, test_p, inputs.test.scores),
+                      "requested_p_ref": manifest.calibration.requested_p_ref,
+                      "frontier_p_ref": manifest.calibration.frontier_p_ref}, indent=2))
     return 0

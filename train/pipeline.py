@@ -70,6 +70,7 @@ from .heads import fit_boosts, fit_performance_head, ips_weights, out_of_fold_pr
 from .off_policy import BanditRows
 from .off_policy_calibration import off_policy_calibration
 from .p_calibration import fit_p_calibration
+from .p_reference import with_reference_p
 from .ppo import train_policy
 from .routing import fill_missing_costs
 
@@ -321,6 +322,11 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
             val_bce, val_scores, policy_taus, val_curve, oof_curve, calibration_acc, pooled, extra, data.models, off_policy
         ),
         package_version=__version__,
+    )
+    # The mean calibrated p each tau-table entry and hull point chose on validation: the compliance
+    # controller's label-free target (train/p_reference.py).
+    manifest = manifest.model_copy(
+        update={"calibration": with_reference_p(model, manifest, embeddings[val_idx], costs[val_idx])}
     )
     # The encoder goes in first: save_artifact records its files' hashes in the manifest.
     if config.finetune_encoder:

@@ -9,7 +9,10 @@ Streams (logs carry no timestamps: arrival order is a seeded shuffle, rows drawn
 shuffles once a pool is used up):
   (a) ``as-is``: the test mix;
   (b) ``hardest``: the test mix, then from ``--shift-at`` on only the hardest task;
-  (c) ``drift``: from the easiest task to the hardest, the hardest's share rising linearly.
+  (c) ``drift``: from the easiest task to the hardest, the hardest's share rising linearly;
+  (d) ``degrade``: the test mix as is, but from ``--shift-at`` on the model the tier's static
+      routing serves most often succeeds ``--degrade-drop`` less often (its outcomes are thinned at
+      random, seeded), while the head's predictions stay as they were: only labels can see it.
 A task's difficulty is its mean outcome over all models on the train and validation rows (never
 test); where single tasks hold fewer than ``--min-group-rows`` test rows (MMLU subjects), the
 hardest (easiest) tasks are pooled until they do.
@@ -34,7 +37,7 @@ import numpy as np
 
 from litellm_proteus.compliance import ComplianceController, ComplianceSettings, state_key_for
 
-SCENARIOS = ("as-is", "hardest", "drift")
+SCENARIOS = ("as-is", "hardest", "drift", "degrade")
 
 
 @dataclass
@@ -82,8 +85,8 @@ def shuffled_draws(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.nda
 def build_stream(scenario: str, pools: Pools, length: int, shift_at: int, seed: int) -> tuple[np.ndarray, int]:
     """(rows in arrival order, index of the first shifted request)."""
     rng = np.random.default_rng(seed)
-    if scenario == "as-is":
-        return shuffled_draws(pools.mix, length, rng), length
+    if scenario in ("as-is", "degrade"):  # degrade: the same mix; its outcomes change (Degradation)
+        return shuffled_draws(pools.mix, length, rng), length if scenario == "as-is" else shift_at
     if scenario == "hardest":
         head = shuffled_draws(pools.mix, shift_at, rng)
         return np.concatenate([head, shuffled_draws(pools.hardest, length - shift_at, rng)]), shift_at
@@ -101,6 +104,38 @@ class Trace:
     delta: np.ndarray
     infeasible: np.ndarray
     p_chosen: np.ndarray
+    slot: np.ndarray | None = None  # the chosen slot per request
+
+
+@dataclass(frozen=True)
+class Degradation:
+    """From request ``start`` on, slot ``slot`` succeeds ``drop`` less often: each of its outcomes is
+    kept with probability 1 - drop / ``rate`` (``rate``: its mean outcome before), by a seeded draw
+    per request, so every run of a stream degrades the same requests."""
+
+    slot: int
+    start: int
+    drop: float
+    rate: float
+    seed: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.drop < self.rate:
+            raise ValueError(f"--degrade-drop must be in (0, {self.rate:.3f}) (the model's success rate); got {self.drop}")
+
+    def keep(self, n: int) -> np.ndarray:
+        """[n] per request: 1.0 where its outcome stands, 0.0 where the degradation fails it."""
+        kept = np.random.default_rng(self.seed).random(n) >= self.drop / self.rate
+        kept[: self.start] = True
+        return kept.astype(np.float64)
+
+
+def degradation_for(static: Trace, split, rows: np.ndarray, start: int, drop: float, seed: int) -> Degradation:
+    """Degrade the slot the static run serves most often from ``start`` on."""
+    served = static.slot[start:]
+    slot = int(np.bincount(served).argmax())
+    rate = float(np.nanmean(split.scores[rows[start:][served == slot], slot]))
+    return Degradation(slot, start, drop, rate, seed)
 
 
 def replay_stream(
@@ -115,17 +150,21 @@ def replay_stream(
     batch: int,
     seed: int,
     fixed_delta: float = 0.0,
+    degradation: Degradation | None = None,
 ) -> Trace:
     """Serve ``rows`` of ``split`` (embeddings, scores, costs, draws) at ``tau``; ``controller``
-    None routes every request at ``fixed_delta``."""
+    None routes every request at ``fixed_delta``.  ``degradation``: the outcomes a degraded slot
+    realises (predictions unchanged)."""
     from litellm_proteus.predictor import Candidate
 
     n, k = len(rows), split.scores.shape[1]
     labelled = np.random.default_rng(seed).random(n) < label_fraction
     key = state_key_for(tier, "default", tau, 0.01)
-    out = Trace(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n))
+    out = Trace(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n), np.zeros(n, dtype=np.int64))
+    kept = degradation.keep(n) if degradation is not None else None
     delivered = 0
     step = batch if controller is not None else n
+    p_ref = predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)
     for start in range(0, n, step):
         if controller is not None:
             while delivered < n and delivered + label_delay <= start:
@@ -147,11 +186,14 @@ def replay_stream(
         for j, (r, d) in enumerate(zip(idx, decisions)):
             i = start + j
             out.correct[i] = split.scores[r, d.slot]
+            if kept is not None and d.slot == degradation.slot:
+                out.correct[i] *= kept[i]
+            out.slot[i] = d.slot
             out.cost[i] = split.costs[r, d.slot]
             out.delta[i], out.infeasible[i] = delta, infeasible
             out.p_chosen[i] = d.p[d.index]
             if controller is not None:
-                controller.record_decision(key, d.tau_effective, d.p[d.index], max(d.p))
+                controller.record_decision(key, d.tau_effective, d.p[d.index], max(d.p), p_ref)
     return out
 
 
@@ -239,11 +281,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="shares of requests whose outcome comes back as feedback (default: 0 0.05 1)")
     parser.add_argument("--label-delay", type=int, default=200, help="requests between a decision and its label")
     parser.add_argument("--length", type=int, default=4000, help="requests per stream")
-    parser.add_argument("--shift-at", type=int, default=1000, help="scenario hardest: first shifted request")
+    parser.add_argument("--shift-at", type=int, default=1000, help="scenarios hardest, degrade: first shifted request")
+    parser.add_argument("--degrade-drop", type=float, default=0.15,
+                        help="scenario degrade: how much less often the degraded model succeeds (0.15 = 15 pp)")
     parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau")
     parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least")
     parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each)")
     parser.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="tiers (default: middles of tau_range's thirds)")
+    parser.add_argument("--fixed-deltas", nargs="+", type=float, default=[], metavar="DELTA",
+                        help="also route every request at these fixed offsets (controller off): the cost-accuracy slope near tau")
     parser.add_argument("--compliance", default="{}", metavar="JSON", help="ComplianceSettings fields, e.g. '{\"step\": 0.05}'")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quiet", dest="progress", action="store_false", help="no progress bars")
@@ -311,18 +357,31 @@ def run(args: argparse.Namespace) -> int:
         report: dict[str, dict] = {}
         for tier, tau in tiers.items():
             static = replay_stream(predictor, None, rows, test, tau, tier, 0.0, args.label_delay, args.batch, args.seed)
+            degradation = None
+            if scenario == "degrade":  # static routing never reads outcomes: degrade its outcomes afterwards
+                degradation = degradation_for(static, test, rows, shift, args.degrade_drop, args.seed + 2)
+                static.correct *= np.where(static.slot == degradation.slot, degradation.keep(len(rows)), 1.0)
             top = replay_stream(predictor, None, rows, test, tau, tier, 0.0, args.label_delay, args.batch, args.seed,
-                                fixed_delta=settings.delta_max)
+                                fixed_delta=settings.delta_max, degradation=degradation)
             runs[tier] = {"static": static}
             static_cost = float(static.cost.mean() * 1000)
-            tier_report = {"tau": tau, "static": summarize(static, tau, shift, args.window, None)}
+            tier_report = {"tau": tau, "static": summarize(static, tau, shift, args.window, None),
+                           "p_ref": predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)}
             after = slice(shift if shift < len(rows) else 0, len(rows))
             tier_report["top_accuracy_after_shift"] = round(float(top.correct[after].mean()), 4)
             tier_report["top_reaches_tau"] = bool(top.correct[after].mean() >= tau)
+            if degradation is not None:
+                tier_report["degraded"] = {"model": inputs.manifest.models[degradation.slot], "slot": degradation.slot,
+                                           "success_rate": round(degradation.rate, 4), "drop": degradation.drop,
+                                           "static_share": round(float(np.mean(static.slot[shift:] == degradation.slot)), 4)}
+            for offset in args.fixed_deltas:
+                fixed = replay_stream(predictor, None, rows, test, tau, tier, 0.0, args.label_delay, args.batch, args.seed,
+                                      fixed_delta=offset, degradation=degradation)
+                tier_report.setdefault("fixed_delta", {})[f"{offset:g}"] = summarize(fixed, tau, shift, args.window, static_cost)
             for share in args.labels:
                 controller = ComplianceController(settings, artifact_margin=inputs.manifest.calibration.margin)
                 trace = replay_stream(predictor, controller, rows, test, tau, tier, share, args.label_delay, args.batch,
-                                      args.seed + 1)
+                                      args.seed + 1, degradation=degradation)
                 label = f"labels {share:g}"
                 runs[tier][label] = trace
                 tier_report[label] = summarize(trace, tau, shift, args.window, static_cost)

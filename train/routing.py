@@ -13,7 +13,7 @@ import torch
 
 from litellm_proteus.artifact import Manifest
 from litellm_proteus.model import INFERENCE_LAMBDA, ProteusModel
-from litellm_proteus.operating_points import NO_CHOICE, POLICY, apply_rules
+from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
 from litellm_proteus.predictor import TauMapper
 
 
@@ -54,7 +54,6 @@ def route_log(
     booleans, the slots each row may route to (default: every slot, as in a full-information log);
     the policy and every operating-point rule choose among them only, as the proxy does among live
     deployments."""
-    model.eval()
     n = len(embeddings)
     taus = np.broadcast_to(np.asarray(tau, dtype=np.float64), (n,))
     if draws is not None and len(draws) != n:
@@ -64,6 +63,27 @@ def route_log(
         points = [mapper.operating_point(mapper.effective(t)[0], None if draws is None else draws[i]) for i, t in enumerate(taus)]
     else:
         points = [(float(t), POLICY) for t in taus]
+    return route_at_points(model, manifest, embeddings, costs_usd, points, candidates=candidates, batch_size=batch_size)
+
+
+@torch.inference_mode()
+def route_at_points(
+    model: ProteusModel,
+    manifest: Manifest,
+    embeddings: np.ndarray,
+    costs_usd: np.ndarray,
+    points: list[tuple[float, OperatingPoint]],
+    *,
+    candidates: np.ndarray | None = None,
+    batch_size: int = 4096,
+) -> RouteResult:
+    """Route row i at operating point ``points[i]`` = (policy tau, rule), as the runtime does once it
+    has mapped the request's tau to that point (``route_log``)."""
+    model.eval()
+    mapper = TauMapper(manifest)
+    n = len(embeddings)
+    if len(points) != n:
+        raise ValueError(f"points has {len(points)} entries for {n} embeddings")
     tau_norm = np.array([manifest.tau_norm(t) for t, _ in points], dtype=np.float32)
     rules = [rule for _, rule in points]
     filled = fill_missing_costs(costs_usd)

@@ -341,7 +341,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
 
     def _record_decision(self, control: Control, decision: Any) -> None:
         p_chosen = float(decision.p[decision.index])
-        self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, max(decision.p))
+        predictor = self.engine.predictor
+        p_ref = predictor.taus.reference_p(decision.tau_effective, predictor.mix_operating_points)
+        self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, max(decision.p), p_ref)
         serving_log.record_gauges(self, control.state_key, p_chosen)
 
     def _control(self, resolution: TauResolution) -> Control:

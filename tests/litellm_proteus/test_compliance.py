@@ -17,7 +17,7 @@ KEY = "tier:standard"
 
 def settings(**overrides) -> ComplianceSettings:
     base = dict(step=0.1, window=10, label_window=20, min_decisions=5, min_labels=5, decay=0.0, margin=0.0,
-                delta_min=-0.05, delta_max=0.3, label_prior=10.0)
+                delta_min=-0.05, delta_max=0.3, label_prior=10.0, start_z=0.0)
     return ComplianceSettings(**{**base, **overrides})
 
 
@@ -208,3 +208,62 @@ def test_predictor_routes_at_tau_plus_delta(make_artifact):
     assert offset.policy_tau == predictor.taus.policy_tau(0.85) and plain.policy_tau == predictor.taus.policy_tau(0.75)
     with pytest.raises(ValueError, match="deltas must have one entry per request"):
         predictor.decide_embeddings(emb, [0.75, 0.75], candidates, deltas=[0.1])
+
+
+def test_label_free_target_is_the_validated_reference_p_capped_by_the_margin():
+    def delta_after(p_ref, p=0.82, margin=0.05):
+        controller = ComplianceController(settings(margin=margin))
+        for _ in range(5):
+            controller.record_decision(KEY, TAU, p, p, p_ref)
+        return controller.control(KEY, TAU).delta
+
+    assert delta_after(0.82) == 0.0  # live p equals what static calibration validated: no move
+    assert delta_after(None) == pytest.approx(0.1 * (TAU + 0.05 - 0.82))  # no reference: tau + margin
+    assert delta_after(0.95) == pytest.approx(0.1 * (TAU + 0.05 - 0.82))  # the margin caps the reference
+    assert delta_after(0.83) == pytest.approx(0.1 * 0.01)  # predicted below the reference: moves
+    assert delta_after(0.7, p=0.79) == pytest.approx(0.1 * 0.01)  # a reference below tau: the target is tau
+
+
+def test_labels_correct_the_reference_target_as_they_do_the_margin():
+    controller = ComplianceController(settings(margin=0.05))
+    for _ in range(10):  # predicted 0.82, realised 0.6: half-weighted residual -0.11
+        controller.record_feedback(KEY, TAU, 0.82, 0.6)
+    for _ in range(5):
+        controller.record_decision(KEY, TAU, 0.82, 0.82, 0.82)
+    ci_half = 0.6 - realised_bounds(10, 6.0)[1]
+    target = TAU + min(0.05, 0.5 * 0.02 + 0.5 * ci_half)
+    assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * (target - (0.82 - 0.11)))
+
+
+def test_start_z_keeps_delta_at_rest_within_the_windows_noise():
+    noisy = [0.75, 0.85] * 5  # mean 0.8, standard error of the mean 0.05 / sqrt(10) = 0.0158
+
+    def run(values, start_z, margin=0.02):
+        controller = ComplianceController(settings(margin=margin, start_z=start_z))
+        feed(controller, values)
+        return controller
+
+    assert run(noisy, 0.0).control(KEY, TAU).delta > 0  # 0.02 short of tau + margin: moves
+    assert run(noisy, 2.0).control(KEY, TAU).delta == 0.0  # 0.02 < 2 standard errors: at rest
+    assert run([0.65, 0.75] * 5, 2.0).control(KEY, TAU).delta > 0  # 0.1 short: a real shortfall
+    moving = run([0.65, 0.75] * 5, 2.0)  # once moving, every shortfall counts (no band)
+    before = moving.control(KEY, TAU).delta
+    feed(moving, noisy)
+    assert moving.control(KEY, TAU).delta > before and moving.snapshot(KEY)["p_mean"] == pytest.approx(0.8)
+
+
+def test_redis_state_matches_the_local_update_with_reference_and_start_z(redis_server):
+    def run(controller: ComplianceController) -> list[float]:
+        deltas = []
+        for i, p in enumerate(SEQUENCE * 3):
+            if i % 3 == 0:
+                controller.record_feedback(KEY, TAU, p, float(i % 2))
+            controller.record_decision(KEY, TAU, p, p + 0.05, 0.78 + 0.01 * (i % 4))
+            deltas.append(controller.control(KEY, TAU).delta)
+        return deltas
+
+    shared = dict(margin=0.03, start_z=1.0, decay=0.01)
+    local = run(ComplianceController(settings(**shared)))
+    remote = run(ComplianceController(settings(**shared), redis_url=redis_server.url))
+    assert remote == pytest.approx(local, abs=1e-9) and any(d > 0 for d in remote)
+

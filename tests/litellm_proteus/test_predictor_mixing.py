@@ -65,3 +65,21 @@ def test_mixing_can_be_switched_off(make_artifact):
     prompts = [f"Question {i}" for i in range(20)]
     decisions = predictor.decide(prompts, [0.75] * 20, [[Candidate(0, 1e-4)]] * 20)
     assert [d.policy_tau for d in decisions] == pytest.approx([0.8] * 20)
+
+
+def test_reference_p_follows_the_routing_that_serves_tau():
+    from litellm_proteus.predictor import TauMapper
+
+    class _Manifest:  # the fields TauMapper reads
+        tau_range = (0.6, 0.95)
+        calibration = FRONTIER.model_copy(update={"frontier_p_ref": [0.68, 0.78, 0.9], "requested_p_ref": [0.72, 0.9]})
+
+    mapper = TauMapper(_Manifest())
+    # mixing: 60 % at the 0.80 point, 40 % at the 0.70 point (tau 0.75 + margin 0.01)
+    assert mapper.reference_p(0.75, mixing=True) == pytest.approx(0.4 * 0.68 + 0.6 * 0.78)
+    # one point per request: the table's reference, interpolated like its policy tau
+    assert mapper.reference_p(0.8, mixing=False) == pytest.approx(0.81)
+    old = TauMapper(type("Old", (), {"tau_range": (0.6, 0.95), "calibration": FRONTIER})())
+    assert old.reference_p(0.75, mixing=True) is None and old.reference_p(0.75, mixing=False) is None
+    with pytest.raises(ValueError, match="frontier_p_ref"):
+        FRONTIER.model_validate({**FRONTIER.model_dump(), "frontier_p_ref": [0.7]})

@@ -8,7 +8,9 @@ import pytest
 
 from litellm_proteus.compliance import ComplianceController, ComplianceSettings
 from proteus_train.evaluation.baselines import Split
-from proteus_train.replay import Trace, build_stream, replay_stream, summarize, task_pools, trailing
+from proteus_train.replay import (
+    Degradation, Trace, build_stream, degradation_for, replay_stream, summarize, task_pools, trailing,
+)
 
 TASKS_TEST = ["easy"] * 40 + ["mid"] * 30 + ["hard"] * 30
 TASKS_KNOWN = ["easy"] * 10 + ["mid"] * 10 + ["hard"] * 10
@@ -36,6 +38,8 @@ def test_streams_shift_as_the_scenarios_say():
     assert (tasks[rows[:100]] == "hard").mean() < 0.3 and (tasks[rows[-100:]] == "hard").mean() > 0.7
     rows, shift = build_stream("as-is", pools, 250, 100, seed=1)
     assert shift == 250 and sorted(rows[:100]) == list(range(100))  # each shuffle uses every row once
+    degrade_rows, shift = build_stream("degrade", pools, 250, 100, seed=1)
+    assert shift == 100 and (degrade_rows == rows).all()  # the same traffic; only outcomes change
     with pytest.raises(ValueError, match="scenario must be one of"):
         build_stream("sideways", pools, 10, 5, seed=0)
 
@@ -67,3 +71,37 @@ def test_a_stream_through_the_predictor_and_the_controller(make_artifact):
     assert snap["n"] == 50
     assert snap["n_labels"] == 93  # labels wait 20 requests: requests 0..92 are back by the last batch (112)
     assert (trace.delta >= 0).all() and trace.delta[:8].max() == 0.0
+
+
+def test_degradation_thins_one_slots_outcomes_from_the_shift_by_seed():
+    degradation = Degradation(slot=1, start=1000, drop=0.15, rate=0.75, seed=3)
+    kept = degradation.keep(21_000)
+    assert (kept[:1000] == 1).all() and set(np.unique(kept)) == {0.0, 1.0}
+    assert abs((1 - kept[1000:].mean()) - 0.15 / 0.75) < 0.01  # success rate 0.75 -> 0.60
+    assert (Degradation(1, 1000, 0.15, 0.75, 3).keep(21_000) == kept).all()  # deterministic by seed
+    with pytest.raises(ValueError, match="--degrade-drop must be in"):
+        Degradation(slot=1, start=10, drop=0.8, rate=0.75, seed=0)
+
+
+def test_a_degraded_stream_changes_outcomes_not_predictions(make_artifact):
+    from litellm_proteus.predictor import ProteusPredictor
+
+    predictor = ProteusPredictor(make_artifact(["small", "large"]))
+    rng = np.random.default_rng(0)
+    n = 400
+    split = Split(rng.normal(size=(n, 384)).astype(np.float32), np.ones((n, 2)), np.tile([0.001, 0.01], (n, 1)),
+                  rng.random(n))
+    rows = np.arange(n)
+    static = replay_stream(predictor, None, rows, split, 0.8, "tier", 0.0, 20, 8, seed=0)
+    degradation = degradation_for(static, split, rows, start=100, drop=0.5, seed=1)
+    served = np.bincount(static.slot[100:], minlength=2)
+    assert degradation.slot == served.argmax() and degradation.rate == 1.0
+    degraded = replay_stream(predictor, None, rows, split, 0.8, "tier", 0.0, 20, 8, seed=0, degradation=degradation)
+    np.testing.assert_array_equal(degraded.slot, static.slot)  # the head's predictions and choices stay
+    np.testing.assert_array_equal(degraded.p_chosen, static.p_chosen)
+    hit = (static.slot == degradation.slot) & (np.arange(n) >= 100)
+    assert (degraded.correct[~hit] == 1).all() and 0.3 < 1 - degraded.correct[hit].mean() < 0.7
+    # with labels the controller sees the degraded outcomes: its residual turns negative
+    controller = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50))
+    replay_stream(predictor, controller, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
+    assert controller.snapshot("tier:tier")["realised_mean"] < 1.0

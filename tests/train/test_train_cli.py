@@ -233,3 +233,46 @@ def test_every_train_config_field_is_a_documented_flag():
     for f in dataclasses.fields(TrainConfig):
         assert f.metadata.get("help"), f"TrainConfig.{f.name} has no help"
         assert f.name in by_dest and by_dest[f.name].help, f"TrainConfig.{f.name} is not a documented flag"
+
+
+def test_train_stores_the_reference_p_and_calibrate_p_restores_it_alone(trained, tmp_path):
+    import shutil
+
+    from litellm_proteus.artifact import MANIFEST_FILE, read_manifest
+
+    base, data, _ = trained
+    cal = read_manifest(base / "a").calibration
+    assert len(cal.requested_p_ref) == len(cal.requested) > 0
+    assert len(cal.frontier_p_ref) == len(cal.frontier_policy_tau) > 0
+    assert all(0.0 <= p <= 1.0 for p in cal.requested_p_ref + cal.frontier_p_ref)
+    # an artifact without the reference (as trained before it existed) gets it back, p_calibration untouched
+    copy = tmp_path / "copy"
+    shutil.copytree(base / "a", copy)
+    manifest = json.loads((copy / MANIFEST_FILE).read_text())
+    del manifest["calibration"]["requested_p_ref"], manifest["calibration"]["frontier_p_ref"]
+    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    assert read_manifest(copy).calibration.frontier_p_ref == []
+    done = subprocess.run([sys.executable, "-m", "litellm_proteus.cli", "calibrate-p", "--artifact", str(copy),
+                           "--reference-only", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    restored = read_manifest(copy)
+    assert restored.calibration.frontier_p_ref == pytest.approx(cal.frontier_p_ref, abs=1e-4)
+    assert restored.calibration.requested_p_ref == pytest.approx(cal.requested_p_ref, abs=1e-4)
+    assert restored.p_calibration == read_manifest(base / "a").p_calibration
+
+
+def test_replay_degrade_and_fixed_deltas_report_per_tier(trained, tmp_path):
+    base, _, _ = trained
+    cmd = [sys.executable, "-m", "litellm_proteus.cli", "replay", "--artifact", str(base / "a"), "--out", str(tmp_path),
+           "--length", "300", "--shift-at", "100", "--window", "50", "--label-delay", "20", "--scenarios", "degrade",
+           "--labels", "0", "1", "--fixed-deltas", "-0.01", "0.01", "--quiet"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    body = metrics["scenarios"]["degrade"]
+    assert body["shift_at"] == 100 and (tmp_path / "replay_degrade.png").exists()
+    for tier in body["tiers"].values():
+        assert tier["degraded"]["model"] in MODELS and tier["degraded"]["drop"] == 0.15
+        assert 0 < tier["degraded"]["static_share"] <= 1 and 0.0 <= tier["p_ref"] <= 1.0
+        assert set(tier["fixed_delta"]) == {"-0.01", "0.01"}
+        assert all(isinstance(tier[label]["cost_vs_static"], float) for label in ("labels 0", "labels 1"))
