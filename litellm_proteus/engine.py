@@ -11,7 +11,8 @@ Plain Python (no proxy, no event loop), so each rule is unit-testable:
 - live prices: ``costs.deployment_prices``.
 - c_i = prompt_tokens * input_price_i + avg_output_tokens[slot_i] * output_price_i, with prompt
   tokens counted once per request by ``litellm.token_counter`` (its default tokenizer: one count
-  for all candidates keeps the comparison fair); the predictor normalises c_i like training did.
+  for all candidates keeps the comparison fair; without LiteLLM the encoder's tokenizer,
+  ``token_count.py``); the predictor normalises c_i like training did.
 - retries: deployments that already failed the request (``ProteusRequest.failed_ids``) are never
   re-picked; if that leaves nothing, only the one that failed last is excluded.
 
@@ -22,7 +23,7 @@ raw request is ``request.py``'s job.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from .costs import DeploymentMappingError, Prices, deployment_id, deployment_pri
 from .exploration import explore_decision
 from .predictor import Candidate, Decision
 from .request import TierChoice
+from .token_count import TokenCounter, choose_counter
 
 logger = logging.getLogger("litellm_proteus.engine")
 
@@ -119,18 +121,6 @@ class Routed:
     propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
 
 
-def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
-    import litellm
-
-    try:
-        if messages:
-            return int(litellm.token_counter(messages=list(messages)))
-        return int(litellm.token_counter(text=text))
-    except Exception as exc:  # tokenizer trouble must not fail routing: ~4 characters per token
-        logger.warning("token counting failed (%s); estimating from length", exc)
-        return max(1, len(text) // 4)
-
-
 class DecisionEngine:
     """Slot mapping, cost estimation and batched decisions for one artifact.
 
@@ -143,14 +133,16 @@ class DecisionEngine:
         config: ProteusConfig,
         predictor: Any = None,
         *,
-        token_counter: Callable[[Sequence[Mapping[str, Any]] | None, str], int] = count_prompt_tokens,
+        token_counter: TokenCounter | None = None,
         cost_map: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         self.manifest = manifest
         self.config = config
         self.predictor = predictor
         self.slots: list[str] = list(manifest.models)
+        # None: chosen at the first decision (token_count.choose_counter), when the predictor is attached
         self._count_tokens = token_counter
+        self.token_counter_name = None if token_counter is None else "custom"
         self._cost_map = cost_map
         outputs = manifest.avg_output_tokens
         fallback = sum(outputs.values()) / len(outputs) if outputs else 0.0
@@ -198,6 +190,8 @@ class DecisionEngine:
         """One batched forward pass (runs in the batcher's worker thread)."""
         if not requests:
             return []
+        if self._count_tokens is None:
+            self._count_tokens, self.token_counter_name = choose_counter(getattr(self.predictor, "encoder", None))
         tokens = [self._count_tokens(r.messages, r.text) for r in requests]
         candidates = [
             [Candidate(c.slot, self.cost_usd(c, n)) for c in r.candidates] for r, n in zip(requests, tokens)
