@@ -70,6 +70,13 @@ class TrainConfig:
     perf_batch_size: int = option(64, "batch size of the performance head")
     perf_patience: int = option(10, "epochs without validation improvement before stopping")
     oof_folds: int = option(5, "folds of the out-of-fold predictions PPO scores models with")
+    perf_epoch_rows: int = option(
+        4_096,
+        "rows per epoch of the performance head, at most: a larger training split gives each epoch a fresh "
+        "seeded sample of this many rows and early stopping a fixed sample of the validation rows, so head "
+        "fitting stops growing with the data (RouterBench-partial's 2,200 training rows are below it; "
+        "docs/training-speed.md)",
+    )
     # -- PPO --------------------------------------------------------------------------------
     steps: int = option(
         1_500, "PPO batches over all parallel sessions (paper: 10,000; each query scored at group_size mu samples)"
@@ -132,6 +139,11 @@ class TrainConfig:
     )
     calibration_clusters: int = option(
         8, "k-means clusters of the embedding for the cluster-ladder operating points; 0 = none"
+    )
+    calibration_rows: int = option(
+        16_384,
+        "validation rows and out-of-fold training rows the operating curves, the tau table and the k-means "
+        "clusters are measured on, at most each (a seeded sample past it; the margin counts the sampled rows)",
     )
     # -- learning from a decision log (bandit feedback) ---------------------------------------
     init: str | None = option(
