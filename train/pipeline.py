@@ -325,7 +325,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         training=training_record(config, device, timings, history, lambdas),
         data=data_record(config, data, parts, off_policy, init_manifest),
         metrics=validation_metrics(
-            val_bce, val_scores, policy_taus, val_curve, oof_curve, calibration_acc, pooled, extra, data.models, off_policy
+            val_bce, val_scores, policy_taus, val_curve, oof_curve, calibration_acc, pooled, extra, data.models, off_policy,
+            {"val": n_val, "out_of_fold": n_oof},
         ),
         package_version=__version__,
     )

@@ -233,3 +233,16 @@ def test_every_train_config_field_is_a_documented_flag():
     for f in dataclasses.fields(TrainConfig):
         assert f.metadata.get("help"), f"TrainConfig.{f.name} has no help"
         assert f.name in by_dest and by_dest[f.name].help, f"TrainConfig.{f.name} is not a documented flag"
+
+
+def test_calibration_measures_on_at_most_calibration_rows_per_part(trained):
+    base, data, summary = trained
+    manifest = json.loads((base / "a" / "manifest.json").read_text())
+    split = manifest["data"]["split"]
+    # below the cap every validation and out-of-fold training row is used
+    assert manifest["metrics"]["calibration_rows"] == {"val": split["val"], "out_of_fold": split["train"]}
+    capped = base / "capped"
+    run_train(data, capped, "--seed", "3", "--calibration-rows", "12", "--perf-epoch-rows", "40")
+    metrics = json.loads((capped / "manifest.json").read_text())["metrics"]
+    assert metrics["calibration_rows"] == {"val": 12, "out_of_fold": 12}
+    assert load_artifact(capped)[1].tau_range[0] <= load_artifact(capped)[1].tau_range[1]
