@@ -77,12 +77,13 @@ def timed_train(data: Path, artifact: Path, cache: Path, extra: list[str], log_p
 
 
 def markdown(runs: list[dict]) -> str:
-    lines = ["| scale | rows | wall (s) | peak RSS (MB) | encode | heads | PPO | total (manifest) | load avg (1 min, before / after) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| scale | rows | wall (s) | CPU (s) | peak RSS (MB) | load + encode | heads | PPO | total (manifest) | "
+             "load avg (1 min, before / after) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         t = r["timings_s"]
         lines.append(
-            f"| {r['factor']}x | {r['rows']:,} | {r['wall_s']} | {r['max_rss_mb']:,.0f} | {t.get('encode_s', '')} | "
+            f"| {r['factor']}x | {r['rows']:,} | {r['wall_s']} | {r['cpu_s']} | {r['max_rss_mb']:,.0f} | {t.get('encode_s', '')} | "
             f"{t.get('performance_head_s', '')} | {t.get('ppo_s', '')} | {t.get('total_s', '')} | "
             f"{r['loadavg_before'][0]} / {r['loadavg_after'][0]} |"
         )
@@ -96,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("runs/scale"), help="data, caches and artifacts go here")
     parser.add_argument("--json", type=Path, default=None, help="results file (default WORK/train_scale.json)")
     parser.add_argument("train_args", nargs="*", help="extra proteus train flags, after --")
+    parser.add_argument("--table-only", action="store_true", help="print the Markdown table of an existing --json")
     args = parser.parse_args(argv)
+    if args.table_only:
+        print(markdown(json.loads((args.json or args.work / "train_scale.json").read_text())["runs"]))
+        return 0
     try:
         factors = [int(f) for f in args.factors.split(",") if f.strip()]
     except ValueError:
