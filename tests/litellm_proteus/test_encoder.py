@@ -123,3 +123,15 @@ def test_chunked_encoding_matches_one_pass_and_keeps_repeats(monkeypatch, tmp_pa
     cached = chunked_encoder.cache.get_many([text_hash(t) for t in texts])
     assert len(cached) == len(set(texts))
     np.testing.assert_array_equal(np.stack([cached[text_hash(t)] for t in texts]), whole)
+
+
+def test_a_widened_static_table_gives_the_same_vectors():
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+
+    texts = ["What is 2 + 2?", "Write a poem about rivers. " * 30, ""]
+    encoder = open_encoder(str(DEFAULT_ARTIFACT_DIR / "encoder"), device="cpu", max_tokens=128)
+    narrow = encoder.encode(texts)
+    assert encoder.static_table.dtype == np.float16
+    encoder.widen_table()
+    assert encoder.static_table.dtype == np.float32
+    np.testing.assert_array_equal(encoder.encode(texts), narrow)
