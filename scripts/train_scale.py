@@ -61,7 +61,8 @@ def timed_train(data: Path, artifact: Path, cache: Path, extra: list[str], log_p
     wall = time.perf_counter() - started
     code = child.returncode
     if code != 0:
-        raise SystemExit(f"error: proteus train exited {code} on {data}; see {log_path}")
+        print(f"train_scale.py: error: proteus train exited {code} on {data}; see {log_path}", file=sys.stderr)
+        raise SystemExit(2)
     manifest = json.loads((artifact / "manifest.json").read_text())
     return {
         "command": " ".join(command),
