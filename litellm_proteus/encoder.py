@@ -57,6 +57,9 @@ BUCKET_RATIO = 1.5
 # tokens as 4 passes of 8 took 0.80-0.90 of one pass; 32 x 130 tokens (2 x 16) and 8 x 258 (left
 # whole) were unchanged (1.00).  ``max_batch_tokens`` overrides it (0 = no limit, CUDA's default).
 CPU_BATCH_TOKENS = 2048
+# Texts tokenised at a time by ``encode``: the token-id lists of 300k training prompts as Python
+# ints would take ~3 GB; chunks keep them to ~80 MB.  Length sorting happens within a chunk.
+ENCODE_CHUNK = 8192
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -293,29 +296,33 @@ class Encoder:
             if k not in cached:
                 first_row.setdefault(k, i)
         todo = list(first_row.values())
-        if todo:
-            ids = self._token_ids([texts[i] for i in todo])
-            order = sorted(range(len(todo)), key=lambda j: len(ids[j]))
-            bar = None
-            if progress:
-                from tqdm.auto import tqdm
+        bar = None
+        if todo and progress:
+            from tqdm.auto import tqdm
 
-                bar = tqdm(total=len(todo), desc=f"encoding ({self.name})", unit="prompt")
+            bar = tqdm(total=len(todo), desc=f"encoding ({self.name})", unit="prompt")
+        for begin in range(0, len(todo), ENCODE_CHUNK):
+            part = todo[begin : begin + ENCODE_CHUNK]
+            ids = self._token_ids([texts[i] for i in part])
+            order = sorted(range(len(part)), key=lambda j: len(ids[j]))
             for chunk in self._buckets(order, [len(seq) for seq in ids]):
                 vecs = self._embed_batch([ids[j] for j in chunk])
                 for j, vec in zip(chunk, vecs):
-                    cached[keys[todo[j]]] = vec
-                if self.cache:
-                    self.cache.put_many((keys[todo[j]], vec) for j, vec in zip(chunk, vecs))
+                    result[part[j]] = vec
                 if self.memory is not None:
                     for j, vec in zip(chunk, vecs):
-                        self.memory.put(keys[todo[j]], vec.copy())
+                        self.memory.put(keys[part[j]], vec.copy())
                 if bar:
                     bar.update(len(chunk))
-            if bar:
-                bar.close()
-        for i, k in enumerate(keys):
-            result[i] = cached[k]
+            if self.cache:  # one transaction per chunk: a commit per forward pass cost 11 ms each
+                self.cache.put_many((keys[i], result[i]) for i in part)
+        if bar:
+            bar.close()
+        for i, k in enumerate(keys):  # hits from the caches, and repeats of a text encoded above
+            if k in cached:
+                result[i] = cached[k]
+            elif first_row[k] != i:
+                result[i] = result[first_row[k]]
         return result
 
 

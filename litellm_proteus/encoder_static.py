@@ -86,6 +86,13 @@ class StaticEncoder(Encoder):
         self.embed_dim = int(self.static_table.shape[1])
         self._init_policy(**policy)
 
+    def widen_table(self) -> None:
+        """Hold the table in float32: the same vectors (pooling upcasts every row it reads anyway),
+        pooled 3x faster (0.34 s against 1.0 s for 2,000 prompts of 254 tokens on 2 cores) for twice
+        the memory (47 MB for MiniLM's vocabulary).  For training, which embeds 100k+ prompts; the
+        proxy keeps the float16 table."""
+        self.static_table = self.static_table.astype(np.float32)
+
     def _identity(self) -> str:
         # A static encoder is its table, wherever the folder lies.
         return f"static={self.static_sha256}"

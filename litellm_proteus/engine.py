@@ -11,11 +11,9 @@ Plain Python (no proxy, no event loop), so each rule is unit-testable:
 - live prices: ``costs.deployment_prices``.
 - c_i = prompt_tokens * input_price_i + avg_output_tokens[slot_i] * output_price_i, with prompt
   tokens counted once per request for all candidates (one count keeps the comparison fair):
-  ``prompt_tokens: chars`` (default) estimates ceil(characters / 4) of the routing text, the
-  estimate training applied to every logged prompt and to ``avg_output_tokens``, so live c_i are in
-  the units the artifact's cost bounds were fitted in, and no tokenizer is loaded;
-  ``prompt_tokens: litellm`` counts with ``litellm.token_counter`` (cl100k_base, ~31 MiB per
-  worker).  The predictor normalises c_i like training did.
+  ``prompt_tokens: chars`` (default) estimates ceil(characters / 4) of the routing text, as
+  training estimated logged prompts; ``litellm`` counts with ``litellm.token_counter``
+  (``token_count.py``).  The predictor normalises c_i like training did.
 - retries: deployments that already failed the request (``ProteusRequest.failed_ids``) are never
   re-picked; if that leaves nothing, only the one that failed last is excluded.
 
@@ -26,16 +24,16 @@ raw request is ``request.py``'s job.
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .config import ProteusConfig
-from .costs import CHARS_PER_TOKEN, DeploymentMappingError, Prices, deployment_id, deployment_prices, model_name_variants
+from .costs import DeploymentMappingError, Prices, deployment_id, deployment_prices, model_name_variants
 from .exploration import explore_decision
 from .predictor import Candidate, Decision
 from .request import TierChoice
+from .token_count import TokenCounter, choose_counter
 
 logger = logging.getLogger("litellm_proteus.engine")
 
@@ -124,30 +122,6 @@ class Routed:
     propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
 
 
-def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
-    """ceil(characters / CHARS_PER_TOKEN) of the routing text: training's estimate of a logged prompt."""
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
-def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
-    """LiteLLM's count (``prompt_tokens: litellm``)."""
-    import litellm
-
-    try:
-        if messages:
-            return int(litellm.token_counter(messages=list(messages)))
-        return int(litellm.token_counter(text=text))
-    except Exception as exc:  # tokenizer trouble must not fail routing: ~4 characters per token
-        logger.warning("token counting failed (%s); estimating from length", exc)
-        return estimate_prompt_tokens(messages, text)
-
-
-PROMPT_TOKEN_COUNTERS: dict[str, Callable[[Sequence[Mapping[str, Any]] | None, str], int]] = {
-    "chars": estimate_prompt_tokens,
-    "litellm": count_prompt_tokens,
-}
-
-
 class DecisionEngine:
     """Slot mapping, cost estimation and batched decisions for one artifact.
 
@@ -160,14 +134,17 @@ class DecisionEngine:
         config: ProteusConfig,
         predictor: Any = None,
         *,
-        token_counter: Callable[[Sequence[Mapping[str, Any]] | None, str], int] | None = None,
+        token_counter: TokenCounter | None = None,
         cost_map: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         self.manifest = manifest
         self.config = config
         self.predictor = predictor
         self.slots: list[str] = list(manifest.models)
-        self._count_tokens = token_counter or PROMPT_TOKEN_COUNTERS[config.prompt_tokens]
+        if token_counter is None:
+            self._count_tokens, self.token_counter_name = choose_counter(config.prompt_tokens)
+        else:
+            self._count_tokens, self.token_counter_name = token_counter, "custom"
         self._cost_map = cost_map
         outputs = manifest.avg_output_tokens
         fallback = sum(outputs.values()) / len(outputs) if outputs else 0.0

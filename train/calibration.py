@@ -22,6 +22,15 @@ from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.model import INFERENCE_LAMBDA, ProteusModel
 
 
+def calibration_sample(n: int, cap: int, seed: int) -> slice | np.ndarray:
+    """Positions of the at most ``cap`` of ``n`` rows a calibration step measures on: all of them
+    (``slice(None)``, no copy, no draw) up to ``cap``, else a seeded sample in row order.  Accuracy
+    measured on 16k rows has a standard error under 0.4 pp, and the margin counts the sampled rows."""
+    if n <= cap:
+        return slice(None)
+    return np.sort(np.random.default_rng(seed).choice(n, size=cap, replace=False))
+
+
 def oracle_accuracy(scores: np.ndarray) -> float:
     return float(np.nanmax(np.nan_to_num(scores, nan=0.0), axis=1).mean())
 
@@ -228,7 +237,8 @@ def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = 30) -> np.ndarray
     x = np.asarray(x, dtype=np.float64)
     centroids = [x[rng.integers(len(x))]]
     for _ in range(1, k):
-        d = ((x[:, None, :] - np.asarray(centroids)[None]) ** 2).sum(-1).min(1)
+        # one centroid at a time: the [N, k, D] broadcast took k x the embeddings' memory (GBs at 100k rows)
+        d = np.min([((x - c) ** 2).sum(-1) for c in centroids], axis=0)
         centroids.append(x[rng.choice(len(x), p=d / d.sum()) if d.sum() > 0 else rng.integers(len(x))])
     c = np.asarray(centroids)
     for _ in range(iterations):

@@ -70,6 +70,13 @@ class TrainConfig:
     perf_batch_size: int = option(64, "batch size of the performance head")
     perf_patience: int = option(10, "epochs without validation improvement before stopping")
     oof_folds: int = option(5, "folds of the out-of-fold predictions PPO scores models with")
+    perf_epoch_rows: int = option(
+        4_096,
+        "rows per epoch of the performance head, at most: a larger training split gives each epoch a fresh "
+        "seeded sample of this many rows and early stopping a fixed sample of the validation rows, so head "
+        "fitting stops growing with the data (RouterBench-partial's 2,200 training rows are below it; "
+        "docs/training-speed.md)",
+    )
     # -- PPO --------------------------------------------------------------------------------
     steps: int = option(
         1_500, "PPO batches over all parallel sessions (paper: 10,000; each query scored at group_size mu samples)"
@@ -133,6 +140,11 @@ class TrainConfig:
     calibration_clusters: int = option(
         8, "k-means clusters of the embedding for the cluster-ladder operating points; 0 = none"
     )
+    calibration_rows: int = option(
+        16_384,
+        "validation rows and out-of-fold training rows the operating curves, the tau table and the k-means "
+        "clusters are measured on, at most each (a seeded sample past it; the margin counts the sampled rows)",
+    )
     # -- learning from a decision log (bandit feedback) ---------------------------------------
     init: str | None = option(
         None, "warm start from this artifact directory (its encoder, slots, weights and tau training range)"
@@ -173,8 +185,6 @@ class TrainConfig:
 
 _INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0, "calibration_clusters": 0}
 PROPENSITY_WEIGHTINGS = ("ips", "none")
-
-_INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0}
 
 
 _FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",

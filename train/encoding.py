@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from litellm_proteus.encoder import Encoder, open_encoder
+from litellm_proteus.encoder_static import StaticEncoder
 from litellm_proteus.model import ModelConfig, ProteusModel
 
 from .config import TrainConfig
@@ -21,13 +22,16 @@ BUNDLED_ENCODER_DIR = "encoder"  # a fine-tuned or static encoder travels inside
 def training_encoder(config: TrainConfig, name: str | None = None) -> Encoder:
     """The frozen encoder ``name`` (default: ``config.encoder``) with the embedding cache."""
     cache = os.path.join(config.cache_dir, "embeddings") if config.cache_dir else None
-    return open_encoder(
+    encoder = open_encoder(
         name or config.encoder,
         device=config.device,
         max_tokens=config.max_tokens,
         truncation=config.truncation,  # type: ignore[arg-type]
         cache_dir=cache,
     )
+    if isinstance(encoder, StaticEncoder):
+        encoder.widen_table()  # same embeddings, faster pooling over a whole routing log
+    return encoder
 
 
 def finetune_encoder(

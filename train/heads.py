@@ -119,6 +119,7 @@ def fit_performance_head(
         generator=generator,
         weights=weights,
         weights_val=weights_val,
+        epoch_rows=config.perf_epoch_rows,
     )
 
 

@@ -79,9 +79,11 @@ def data_record(config: TrainConfig, data: RoutingLog, parts: dict, off_policy: 
 def validation_metrics(
     val_bce: float, val_scores: np.ndarray, policy_taus: np.ndarray, val_curve: Any, oof_curve: Any,
     calibration_acc: np.ndarray, pooled: Any, candidates: list, models: list[str], off_policy: Any,
+    calibration_rows: dict[str, int],
 ) -> dict[str, Any]:
     return {
         "val_bce": round(val_bce, 5),
+        "calibration_rows": calibration_rows,  # what the curves were measured on (capped by --calibration-rows)
         "val_best_single_accuracy": round(best_single_accuracy(val_scores), 4),
         "val_oracle_accuracy": round(oracle_accuracy(val_scores), 4),
         "val_curve": {

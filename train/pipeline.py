@@ -56,6 +56,7 @@ from .calibration import (
     accuracy_curve,
     best_single_accuracy,
     calibrate,
+    calibration_sample,
     cluster_ladders,
     derive_tau_range,
     kmeans,
@@ -235,9 +236,15 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     log.info("tau training range [%.4f, %.4f]", *tau_range)
     # Calibrated p (what decisions report and the compliance controller steers by): validation and
     # out-of-fold training rows, the same rows the tau table is calibrated on.
+    # Past config.calibration_rows rows (each part) calibration measures on a seeded sample of them.
+    val_pos = calibration_sample(len(val_idx), config.calibration_rows, config.seed)
+    oof_pos = calibration_sample(len(train_idx), config.calibration_rows, config.seed + 1)
+    cal_val, cal_train = val_idx[val_pos], train_idx[oof_pos]
+    cal_val_p = val_p[val_pos]
+    cal_p_oof = p_oof if isinstance(oof_pos, slice) else p_oof[torch.as_tensor(oof_pos, device=p_oof.device)]
     p_calibration = fit_p_calibration(
-        np.concatenate([val_p, p_oof.cpu().numpy()]),
-        np.concatenate([data.scores[val_idx], data.scores[train_idx]]),
+        np.concatenate([cal_val_p, cal_p_oof.cpu().numpy()]),
+        np.concatenate([data.scores[cal_val], data.scores[cal_train]]),
         fitted_on="validation+out-of-fold",
         seed=config.seed,
     )
@@ -255,16 +262,16 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     top = tau_range[1] + config.calibration_extrapolate * (tau_range[1] - tau_range[0])
     policy_taus = np.round(np.arange(tau_range[0], top + 1e-9, config.calibration_step), 6)
     val_curve = accuracy_curve(
-        model, emb_t[val_idx], data.scores[val_idx], costs[val_idx], normalizer, policy_taus, tau_range
+        model, emb_t[cal_val], data.scores[cal_val], costs[cal_val], normalizer, policy_taus, tau_range
     )
     oof_curve = accuracy_curve(
-        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], normalizer, policy_taus, tau_range, p_oof
+        model, emb_t[cal_train], data.scores[cal_train], costs[cal_train], normalizer, policy_taus, tau_range, cal_p_oof
     )
     # Calibrate on validation and out-of-fold training rows together (4-5x the rows of validation
     # alone, so the curve is far less noisy), taking the lower of the pooled and validation curves
     # (+ calibration_val_slack): the policy was trained on the training rows, and measured on MMLU
     # their curve runs 1.2-1.4 pp above validation, so it may only ever make the table stricter.
-    n_val, n_oof = len(val_idx), len(train_idx)
+    n_val, n_oof = len(cal_val), len(cal_train)
     pooled = OperatingCurve.pooled(val_curve, n_val, oof_curve, n_oof)
     calibration_acc = np.minimum(pooled.accuracy, val_curve.accuracy + config.calibration_val_slack)
     # The margin makes the promise hold on *new* traffic, not just on the calibration rows: accuracy
@@ -279,9 +286,9 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     extra: list[CandidatePoint] = []
     centroids = None
     if config.calibrate and data.bandit:
-        calib_idx = np.concatenate([val_idx, train_idx])
+        calib_idx = np.concatenate([cal_val, cal_train])
         off_policy = off_policy_calibration(
-            model, emb_t[calib_idx], torch.cat([torch.as_tensor(val_p, device=device), p_oof]),
+            model, emb_t[calib_idx], torch.cat([torch.as_tensor(cal_val_p, device=device), cal_p_oof]),
             BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
                        clip=config.propensity_clip),
             costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config,
@@ -292,8 +299,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     elif config.calibrate:
         if config.operating_point_rules:
             extra, centroids = operating_point_candidates(
-                model, emb_t, embeddings, data.scores, costs, train_idx, val_idx, p_oof, val_p, normalizer, policy_taus,
-                tau_range, config,
+                model, emb_t, embeddings, data.scores, costs, cal_train, cal_val, cal_p_oof, cal_val_p, normalizer,
+                policy_taus, tau_range, config,
             )
         frontier_costs = pooled.cost_usd if (config.mix_operating_points or extra) else None
         calibration, declared = calibrate(
@@ -319,7 +326,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         training=training_record(config, device, timings, history, lambdas),
         data=data_record(config, data, parts, off_policy, init_manifest),
         metrics=validation_metrics(
-            val_bce, val_scores, policy_taus, val_curve, oof_curve, calibration_acc, pooled, extra, data.models, off_policy
+            val_bce, val_scores, policy_taus, val_curve, oof_curve, calibration_acc, pooled, extra, data.models, off_policy,
+            {"val": n_val, "out_of_fold": n_oof},
         ),
         package_version=__version__,
     )

@@ -151,3 +151,34 @@ def test_saving_a_table_over_a_mapped_one_leaves_the_mapping_intact(static_folde
     assert np.all(open_encoder(str(static_folder)).static_table == 1)
     assert (static_folder / STATIC_TABLE_FILE).stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in static_folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_chunked_encoding_matches_one_pass_and_keeps_repeats(monkeypatch, tmp_path):
+    """``encode`` tokenises ENCODE_CHUNK texts at a time (memory at 300k prompts); the chunks must
+    not change any vector, repeated texts included, nor what the disk cache holds."""
+    from litellm_proteus import encoder as encoder_module
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+
+    static = str(DEFAULT_ARTIFACT_DIR / "encoder")
+    texts = [f"question {i}: " + "word " * (i % 7 * 9) for i in range(23)] + ["question 3: " + "word " * 27] * 3
+    whole = open_encoder(static, device="cpu", max_tokens=32).encode(texts)
+    monkeypatch.setattr(encoder_module, "ENCODE_CHUNK", 4)
+    chunked_encoder = open_encoder(static, device="cpu", max_tokens=32, cache_dir=tmp_path)
+    chunked = chunked_encoder.encode(texts)
+    np.testing.assert_array_equal(chunked, whole)
+    assert not np.any(np.all(chunked == 0, axis=1))  # every row filled, the repeats too
+    cached = chunked_encoder.cache.get_many([text_hash(t) for t in texts])
+    assert len(cached) == len(set(texts))
+    np.testing.assert_array_equal(np.stack([cached[text_hash(t)] for t in texts]), whole)
+
+
+def test_a_widened_static_table_gives_the_same_vectors():
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+
+    texts = ["What is 2 + 2?", "Write a poem about rivers. " * 30, ""]
+    encoder = open_encoder(str(DEFAULT_ARTIFACT_DIR / "encoder"), device="cpu", max_tokens=128)
+    narrow = encoder.encode(texts)
+    assert encoder.static_table.dtype == np.float16
+    encoder.widen_table()
+    assert encoder.static_table.dtype == np.float32
+    np.testing.assert_array_equal(encoder.encode(texts), narrow)

@@ -135,6 +135,15 @@ def test_flags_out_of_range_are_refused_before_any_work(trained, tmp_path, flags
     assert done.returncode == 2 and fragment in done.stderr and "Traceback" not in done.stderr
 
 
+def test_flags_whose_zero_means_none_accept_zero():
+    from proteus_train.config import TrainConfig
+
+    config = TrainConfig(calibration_clusters=0, boost_steps=0, finetune_epochs=0)  # 0 = no clusters / boosts / fine-tuning
+    assert (config.calibration_clusters, config.boost_steps, config.finetune_epochs) == (0, 0, 0)
+    with pytest.raises(ValueError, match="--calibration-clusters must be an integer >= 0; got -1"):
+        TrainConfig(calibration_clusters=-1)
+
+
 def test_bad_logs_are_an_error_message_not_a_traceback(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("")
@@ -276,3 +285,16 @@ def test_replay_degrade_and_fixed_deltas_report_per_tier(trained, tmp_path):
         assert 0 < tier["degraded"]["static_share"] <= 1 and 0.0 <= tier["p_ref"] <= 1.0
         assert set(tier["fixed_delta"]) == {"-0.01", "0.01"}
         assert all(isinstance(tier[label]["cost_vs_static"], float) for label in ("labels 0", "labels 1"))
+
+
+def test_calibration_measures_on_at_most_calibration_rows_per_part(trained):
+    base, data, summary = trained
+    manifest = json.loads((base / "a" / "manifest.json").read_text())
+    split = manifest["data"]["split"]
+    # below the cap every validation and out-of-fold training row is used
+    assert manifest["metrics"]["calibration_rows"] == {"val": split["val"], "out_of_fold": split["train"]}
+    capped = base / "capped"
+    run_train(data, capped, "--seed", "3", "--calibration-rows", "12", "--perf-epoch-rows", "40")
+    metrics = json.loads((capped / "manifest.json").read_text())["metrics"]
+    assert metrics["calibration_rows"] == {"val": 12, "out_of_fold": 12}
+    assert load_artifact(capped)[1].tau_range[0] <= load_artifact(capped)[1].tau_range[1]

@@ -9,6 +9,10 @@ Sections (each also printed as a table):
 - ``rss_mb``: peak resident memory of the PROTEUS proxy worker (of this process with
   ``--skip-proxy``; ``rss_source`` says which); ``proxy.shuffle_rss_mb`` the simple-shuffle
   worker's, ``proxy.startup_rss_mb`` both workers' before their first request.
+
+Without LiteLLM installed (a GPU host with the trainer's dependencies only) every section but
+``proxy`` runs (prompt tokens need no LiteLLM: ``litellm_proteus/token_count.py``) and the proxy
+section is skipped with a message, recorded under ``skipped`` in bench.json.
 Defaults finish in about 5 minutes on 2 CPU cores; ``--quick`` is a smoke run of a few seconds
 (plus proxy start-up).
 """
@@ -161,6 +165,8 @@ def print_report(result: dict) -> None:
             f" vs simple-shuffle {p['shuffle_p50_ms']:.1f} ms -> p50 ratio {p['p50_ratio']:.4f}, p99 ratio {p['p99_ratio']:.4f}"
             + (f" (p50 ratio per run: {', '.join(f'{r:.4f}' for r in p['p50_ratio_runs'])})" if "p50_ratio_runs" in p else "")
         )
+    for section, reason in result.get("skipped", {}).items():
+        print(f"\n{section}: skipped ({reason})")
     print(f"repeated prompt (memory LRU hit), batch 1: p50 {result['cache_hit']['p50_ms']:.2f} ms")
     shuffle_rss = (result["proxy"] or {}).get("shuffle_rss_mb")
     print(f"peak RSS ({result['rss_source']}): {result['rss_mb']:.0f} MiB"
@@ -213,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
     from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, ArtifactError
     from litellm_proteus.model_thread import run_on_model_thread
     from litellm_proteus.predictor import ProteusPredictor
+    from litellm_proteus.token_count import litellm_importable
 
     from .measure import CellBudget, cache_hit, table3
     from .prompts import cut_prompts, default_data_dir, load_prompts
@@ -251,6 +258,11 @@ def run(args: argparse.Namespace) -> int:
     pools = {n: cut_prompts(prompts, predictor.encoder.content_offsets, n, args.pool_size) for n in lengths}
     progress(f"{len(prompts)} prompts from {source}; artifact {artifact}; device {predictor.device}")
 
+    skipped: dict[str, str] = {}
+    if not args.skip_proxy and not litellm_importable():
+        skipped["proxy"] = "LiteLLM is not installed: the proxy section runs real LiteLLM proxies (pip install 'litellm[proxy]')"
+        progress(f"skipping the proxy section: {skipped['proxy']}")
+        args.skip_proxy = True
     budget = CellBudget(seconds=args.cell_seconds, min_iters=args.min_iters, max_iters=max(args.min_iters, args.max_iters))
     settings = None
     if not args.skip_proxy:
@@ -312,6 +324,7 @@ def run(args: argparse.Namespace) -> int:
         "cache_hit": hit,
         "prompts_source": source,
         "repeat": args.repeat,
+        "skipped": skipped,
         "settings": {
             "artifact": str(artifact),
             "precision": predictor.encoder.precision,

@@ -78,7 +78,8 @@ def concurrency(
     config: ProteusConfig | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict]:
-    """Rows ``{callers, p50_ms, p95_ms, p99_ms, qps, n, mean_batch}`` (qps = decisions per wall second)."""
+    """Rows ``{callers, p50_ms, p95_ms, p99_ms, qps, n, mean_batch, token_counter}`` (qps = decisions per
+    wall second; token_counter: how prompt tokens were counted, ``litellm_proteus/token_count.py``)."""
     config = config or ProteusConfig()
     engine = DecisionEngine(predictor.manifest, config, predictor=predictor)
     requests = _requests(engine, pool)
@@ -95,7 +96,8 @@ def concurrency(
             latencies, wall = asyncio.run(_drive(batcher, requests, callers, seconds, min_per_caller))
             sizes = batcher.batch_sizes or [1]
             row = {"callers": callers, **percentiles_ms(latencies)}
-            row.update(qps=round(len(latencies) / wall, 2), n=len(latencies), mean_batch=round(sum(sizes) / len(sizes), 2))
+            row.update(qps=round(len(latencies) / wall, 2), n=len(latencies), mean_batch=round(sum(sizes) / len(sizes), 2),
+                       token_counter=engine.token_counter_name)
             rows.append(row)
             if progress:
                 progress(

@@ -129,3 +129,24 @@ def test_repeat_reports_medians_and_every_run(make_artifact, tmp_path, capsys):
 def test_load_nice_out_of_range_names_the_flag(value):
     with pytest.raises(SystemExit, match="--load-nice must be 0-19"):
         main(["bench", "--load-nice", value, "--skip-proxy"])
+
+
+# LiteLLM made unimportable in a fresh interpreter: ``import litellm`` raises ImportError, as on a
+# host where it is not installed.
+WITHOUT_LITELLM = "import sys; sys.modules['litellm'] = None; from litellm_proteus.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_quick_bench_without_litellm_skips_only_the_proxy(make_artifact, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    argv = ["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--data", "none",
+            "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "1,2"]
+    done = subprocess.run([sys.executable, "-c", WITHOUT_LITELLM, *argv], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / "bench.json").read_text())
+    check_common(result, [1], [32], [1, 2])
+    assert result["proxy"] is None and "LiteLLM is not installed" in result["skipped"]["proxy"]
+    assert {r["token_counter"] for r in result["concurrency"]} == {"chars"}
+    assert "proxy: skipped (LiteLLM is not installed" in done.stdout

@@ -1,0 +1,66 @@
+"""Prompt-token counts for the cost estimate c_i (``engine.DecisionEngine``), by ``prompt_tokens``.
+
+One count per request serves every candidate, so the counter scales the prompt's share of each c_i
+alike and never reorders two deployments with equal prices.
+
+- ``chars`` (default): ceil(characters / ``CHARS_PER_TOKEN``) of the routing text.  Training
+  estimated every logged prompt and the artifact's ``avg_output_tokens`` the same way, so live c_i
+  stay in the units the artifact's cost bounds were fitted in; no tokenizer is loaded.
+- ``litellm``: ``litellm.token_counter`` (its default tokenizer, cl100k_base: ~31 MiB per worker on
+  the first call).  Where LiteLLM cannot be imported (``proteus bench`` on a host with the
+  trainer's dependencies only) it falls back to ``chars`` and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .costs import CHARS_PER_TOKEN
+
+logger = logging.getLogger("litellm_proteus.token_count")
+
+TokenCounter = Callable[[Sequence[Mapping[str, Any]] | None, str], int]
+
+
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
+    """ceil(characters / CHARS_PER_TOKEN) of the routing text (at least 1): training's estimate."""
+    del messages  # ``text`` is the messages' text as the encoder sees it
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str) -> int:
+    """``litellm.token_counter`` of the messages (of ``text`` without them)."""
+    import litellm
+
+    try:
+        if messages:
+            return int(litellm.token_counter(messages=list(messages)))
+        return int(litellm.token_counter(text=text))
+    except Exception as exc:  # tokenizer trouble must not fail routing
+        logger.warning("token counting failed (%s); estimating from length", exc)
+        return estimate_prompt_tokens(messages, text)
+
+
+COUNTERS: dict[str, TokenCounter] = {"chars": estimate_prompt_tokens, "litellm": count_prompt_tokens}
+
+
+def litellm_importable() -> bool:
+    try:
+        import litellm  # noqa: F401
+    except ImportError:  # also what ``sys.modules['litellm'] = None`` raises
+        return False
+    return True
+
+
+def choose_counter(name: str) -> tuple[TokenCounter, str]:
+    """(counter, the name of the one used) for ``prompt_tokens: name``."""
+    if name not in COUNTERS:
+        raise ValueError(f"prompt_tokens={name!r}: must be one of {sorted(COUNTERS)}")
+    if name == "litellm" and not litellm_importable():
+        logger.warning("prompt_tokens: litellm, but LiteLLM is not installed: prompt tokens are estimated as "
+                       "characters / %d", CHARS_PER_TOKEN)
+        name = "chars"
+    return COUNTERS[name], name
