@@ -109,6 +109,9 @@ def test_one_candidate_per_slot_keeps_the_served_deployment():
     ({"shadow": {**ON, "daily_budget_usd": 0}}, "shadow.daily_budget_usd: Input should be greater than 0"),
     ({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"gold": 0.5}}}, r"shadow.tiers names unknown tiers \['gold'\]"),
     ({"shadow": {"candidate": 2}}, r"shadow.candidate: Extra inputs are not permitted \(allowed: \['candidates'"),
+    # a shadow row holds the prompt text: not where the operator asked for hashes only
+    ({"decision_log": {"dir": "/tmp/x"}, "shadow": ON},
+     r"shadow rows store the prompt text: set decision_log.log_prompts: true \(or shadow.rate: 0\)"),
 ])
 def test_bad_shadow_settings_name_the_field(raw, message):
     with pytest.raises(ProteusConfigError, match=message):
@@ -117,7 +120,8 @@ def test_bad_shadow_settings_name_the_field(raw, message):
 
 def test_shadow_is_off_by_default():
     assert not ProteusConfig.parse({}).shadow.enabled
-    config = ProteusConfig.parse({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"premium": 0.0}}})
+    config = ProteusConfig.parse({"decision_log": {"dir": "/tmp/x", "log_prompts": True},
+                                  "shadow": {**ON, "tiers": {"premium": 0.0}}})
     assert config.shadow.rate_for("premium") == 0.0 and config.shadow.rate_for("economy") == 0.25
 
 
