@@ -267,3 +267,23 @@ def test_redis_state_matches_the_local_update_with_reference_and_start_z(redis_s
     remote = run(ComplianceController(settings(**shared), redis_url=redis_server.url))
     assert remote == pytest.approx(local, abs=1e-9) and any(d > 0 for d in remote)
 
+
+
+def test_start_z_holds_on_redis_state_an_older_worker_wrote_without_sum_p2(redis_server):
+    """A rolling deploy: older workers keep the decision list and sum_p but no sum_p2 (and pop
+    entries without subtracting their p^2); the rest band must read the window's real spread."""
+    import redis
+
+    noisy = [0.75, 0.85] * 5  # 0.02 short of tau + margin, within 2 standard errors: at rest
+    controller = ComplianceController(settings(margin=0.02, start_z=2.0), redis_url=redis_server.url)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    hash_key = controller.redis._keys(KEY)[0]
+    feed(controller, noisy)
+    client.hdel(hash_key, "sum_p2")  # the hash as an older worker leaves it
+    feed(controller, noisy * 2)
+    assert controller.shared and controller.control(KEY, TAU).delta == 0.0
+    client.hset(hash_key, "sum_p2", 5.0)  # entries an older worker popped left their p^2 behind
+    feed(controller, noisy * 3)
+    assert controller.control(KEY, TAU).delta == 0.0
+    assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(sum(p * p for p in noisy), abs=0.2)
+    assert controller.snapshot(KEY)["n"] == 10
