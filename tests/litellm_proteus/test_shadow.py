@@ -3,10 +3,14 @@ sampling, the pending-request bound, one candidate per slot, the settings' valid
 
 from __future__ import annotations
 
+import asyncio
 import random
 
+import httpx
+import litellm
 import pytest
 import redis
+import respx
 
 from litellm_proteus import shadow_metrics
 from litellm_proteus.config import ProteusConfig, ProteusConfigError
@@ -134,3 +138,73 @@ def test_a_job_that_cannot_start_is_counted_never_raised(tmp_path):
     assert shadow.answered("c1", None, judge=None, lookup=lambda _: None) is None
     assert shadow_metrics.snapshot()["skipped:error"] == before + 1 and "c1" not in shadow.pending
     assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None) is None  # not sampled: nothing to do
+
+
+def test_budget_reservation_is_refused_past_the_cap_and_settles_to_the_real_cost(redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    clock = Clock(DAY)
+    for budget in (DailyBudget(0.01, clock=clock), DailyBudget(0.01, client, "t:reserve:", clock=clock)):
+        day, total = budget.reserve(0.006)
+        assert day == utc_day(DAY) and total == pytest.approx(0.006)
+        assert budget.reserve(0.005) == (None, pytest.approx(0.006))  # would pass the cap: nothing added
+        clock.now = DAY + 16 * 3600 - 1.0  # 23:59:59 UTC
+        day2, _ = budget.reserve(0.004)
+        clock.now = DAY + 16 * 3600  # the job ends after midnight: its settlement goes to the day it reserved on
+        assert budget.charge(0.001 - 0.004, day2) == pytest.approx(0.007) and budget.spent() == 0.0
+        clock.now = DAY
+        assert budget.spent() == pytest.approx(0.007) and budget.reserve(0.003)[0] is not None
+        assert budget.exhausted() and budget.reserve(0.0)[0] is None
+    assert 0 < client.ttl(f"t:reserve:{utc_day(DAY)}") <= KEY_TTL_S
+
+
+SHADOW_PRICE, JUDGE_PRICE = 6.0e-7, 1.0e-6  # per token; every upstream answer reports 1,000 + 1,000 tokens
+SHADOW_CALL_USD, JUDGE_CALL_USD = 2000 * SHADOW_PRICE, 2000 * JUDGE_PRICE
+
+
+def completion(text: str) -> httpx.Response:
+    return httpx.Response(200, json={
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "upstream",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 1000, "total_tokens": 2000}})
+
+
+def test_concurrent_jobs_stay_within_the_daily_budget_and_every_paid_answer_is_judged(tmp_path, monkeypatch):
+    """Eight sampled requests answered at once, a budget for two jobs: reservations stop the other
+    six before any call (checked-then-charged, all eight would pass the check and spend 4x the cap)."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
+    gate = asyncio.Event()
+
+    async def shadow_upstream(request: httpx.Request) -> httpx.Response:
+        await asyncio.wait_for(gate.wait(), 10)  # every admitted job is in flight before any is charged
+        return completion("shadow answer")
+
+    shadow_deployment = {"model_name": "g", "model_info": {"id": "b1"}, "litellm_params": {
+        "model": "openai/b", "api_base": "http://shadow.test/v1", "api_key": "sk-test",
+        "input_cost_per_token": SHADOW_PRICE, "output_cost_per_token": SHADOW_PRICE}}
+    router = litellm.Router(model_list=[{"model_name": "judge", "litellm_params": {
+        "model": "openai/judge", "api_base": "http://judge.test/v1", "api_key": "sk-test",
+        "input_cost_per_token": JUDGE_PRICE, "output_cost_per_token": JUDGE_PRICE}}])
+    shadow = evaluator(tmp_path, judge_max_tokens=2000)  # the judge estimate (~0.00214 USD) covers its real cost
+    budget = shadow.budget = DailyBudget(0.012)  # two jobs of 0.0012 + 2 x 0.00214 reserved
+    candidates, served = job_candidates(["A", "B"], [{"model_name": "g", "litellm_params": {}}, shadow_deployment],
+                                        [1e-3, SHADOW_CALL_USD], 0)
+    jobs = [ShadowJob(f"c{i}", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served)
+            for i in range(8)]
+    skipped = shadow_metrics.snapshot().get("skipped:budget", 0)
+
+    async def answer_all() -> list:
+        running = [asyncio.ensure_future(shadow.run(j, "served answer", 1e-3, router.acompletion,
+                                                    lambda model_id: next(d for d in router.model_list if d["model_info"]["id"] == model_id),
+                                                    lambda: router.get_model_list(model_name="judge")))
+                   for j in jobs]
+        await asyncio.sleep(0.5)
+        gate.set()
+        return await asyncio.wait_for(asyncio.gather(*running), 30)
+
+    with respx.mock(assert_all_called=True) as mock:
+        mock.post("http://shadow.test/v1/chat/completions").mock(side_effect=shadow_upstream)
+        mock.post("http://judge.test/v1/chat/completions").mock(return_value=completion("Fine.\nSCORE: 1"))
+        rows = [r for r in asyncio.run(answer_all()) if r is not None]
+    assert len(rows) == 2 and all(r["A"] == 1.0 and r["B"] == 1.0 for r in rows)  # both answers of each judged
+    assert shadow_metrics.snapshot()["skipped:budget"] - skipped == 6
+    assert budget.spent() == pytest.approx(2 * (SHADOW_CALL_USD + 2 * JUDGE_CALL_USD)) and budget.spent() <= 0.012
