@@ -138,7 +138,7 @@ class ShadowEvaluator:
             self.pending.pop(call_id, None)
 
     def answered(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup,
-                 judge_deployments: JudgeDeployments = tuple) -> asyncio.Task | None:
+                 judge_deployments: JudgeDeployments) -> asyncio.Task | None:
         """The client's response for ``call_id`` is complete: start its shadow job in the background
         (never raises: it runs in LiteLLM's success callback)."""
         try:
@@ -170,7 +170,7 @@ class ShadowEvaluator:
 
     # -- the background job ------------------------------------------------------------------------
     async def run(self, job: ShadowJob, served_text: str | None, served_cost: float, judge: JudgeCall,
-                  lookup: DeploymentLookup, judge_deployments: JudgeDeployments = tuple) -> dict[str, Any] | None:
+                  lookup: DeploymentLookup, judge_deployments: JudgeDeployments) -> dict[str, Any] | None:
         try:
             return await self._run(job, served_text, served_cost, judge, lookup, judge_deployments)
         except Exception as exc:  # never escapes: the request it shadows is long answered
@@ -183,7 +183,13 @@ class ShadowEvaluator:
         served = job.candidates[job.served]
         others = [c for i, c in enumerate(job.candidates) if i != job.served]
         picked = self.rng.sample(others, min(self.settings.candidates, len(others)))
-        judge_cost = self.judge_estimate(job.prompt, served_text or "", judge_deployments())
+        judges = list(judge_deployments())
+        if not judges:  # nothing could judge the answers: pay for none of them
+            shadow_metrics.record_skip("error")
+            self._warnings.warn("judge_model", "PROTEUS shadow: shadow.judge_model %r is not a model group of this proxy; "
+                                "no shadow calls", self.settings.judge_model)
+            return None
+        judge_cost = self.judge_estimate(job.prompt, served_text or "", judges)
         reserved = sum(c.est_cost_usd for c in picked) + (len(picked) + 1) * judge_cost
         day, total = await self.budget.areserve(reserved)
         shadow_metrics.record_budget(total)

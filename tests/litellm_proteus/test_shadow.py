@@ -135,9 +135,9 @@ def test_a_job_that_cannot_start_is_counted_never_raised(tmp_path):
     shadow.offer(ShadowJob("c1", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served))
     before = shadow_metrics.snapshot().get("skipped:error", 0)
     # outside an event loop (a sync callback): no task can be created
-    assert shadow.answered("c1", None, judge=None, lookup=lambda _: None) is None
+    assert shadow.answered("c1", None, judge=None, lookup=lambda _: None, judge_deployments=tuple) is None
     assert shadow_metrics.snapshot()["skipped:error"] == before + 1 and "c1" not in shadow.pending
-    assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None) is None  # not sampled: nothing to do
+    assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None, judge_deployments=tuple) is None  # not sampled: nothing to do
 
 
 def test_budget_reservation_is_refused_past_the_cap_and_settles_to_the_real_cost(redis_server):
@@ -168,43 +168,66 @@ def completion(text: str) -> httpx.Response:
         "usage": {"prompt_tokens": 1000, "completion_tokens": 1000, "total_tokens": 2000}})
 
 
+SHADOW_DEPLOYMENT = {"model_name": "g", "model_info": {"id": "b1"}, "litellm_params": {
+    "model": "openai/b", "api_base": "http://shadow.test/v1", "api_key": "sk-test",
+    "input_cost_per_token": SHADOW_PRICE, "output_cost_per_token": SHADOW_PRICE}}
+JUDGE_GROUP = {"model_name": "judge", "litellm_params": {
+    "model": "openai/judge", "api_base": "http://judge.test/v1", "api_key": "sk-test",
+    "input_cost_per_token": JUDGE_PRICE, "output_cost_per_token": JUDGE_PRICE}}
+
+
+def run_jobs(shadow: ShadowEvaluator, router: litellm.Router, n: int, shadow_upstream) -> list:
+    """``n`` sampled requests (A served, B the other candidate) answered at once; the upstream HTTP
+    of B and of the judge group mocked by respx; each job's result."""
+    candidates, served = job_candidates(["A", "B"], [{"model_name": "g", "litellm_params": {}}, SHADOW_DEPLOYMENT],
+                                        [1e-3, SHADOW_CALL_USD], 0)
+    jobs = [ShadowJob(f"c{i}", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served)
+            for i in range(n)]
+
+    def lookup(model_id: str) -> dict | None:
+        return next((d for d in router.model_list if d["model_info"]["id"] == model_id), None)
+
+    async def answer_all() -> list:
+        running = [shadow.run(j, "served answer", 1e-3, router.acompletion, lookup,
+                              lambda: router.get_model_list(model_name=shadow.settings.judge_model) or []) for j in jobs]
+        return await asyncio.wait_for(asyncio.gather(*running), 30)
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post("http://shadow.test/v1/chat/completions").mock(side_effect=shadow_upstream)
+        mock.post("http://judge.test/v1/chat/completions").mock(return_value=completion("Fine.\nSCORE: 1"))
+        return asyncio.run(answer_all())
+
+
 def test_concurrent_jobs_stay_within_the_daily_budget_and_every_paid_answer_is_judged(tmp_path, monkeypatch):
     """Eight sampled requests answered at once, a budget for two jobs: reservations stop the other
     six before any call (checked-then-charged, all eight would pass the check and spend 4x the cap)."""
     monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
-    gate = asyncio.Event()
 
     async def shadow_upstream(request: httpx.Request) -> httpx.Response:
-        await asyncio.wait_for(gate.wait(), 10)  # every admitted job is in flight before any is charged
+        await asyncio.sleep(0.2)  # every admitted job is in flight before any is charged
         return completion("shadow answer")
 
-    shadow_deployment = {"model_name": "g", "model_info": {"id": "b1"}, "litellm_params": {
-        "model": "openai/b", "api_base": "http://shadow.test/v1", "api_key": "sk-test",
-        "input_cost_per_token": SHADOW_PRICE, "output_cost_per_token": SHADOW_PRICE}}
-    router = litellm.Router(model_list=[{"model_name": "judge", "litellm_params": {
-        "model": "openai/judge", "api_base": "http://judge.test/v1", "api_key": "sk-test",
-        "input_cost_per_token": JUDGE_PRICE, "output_cost_per_token": JUDGE_PRICE}}])
+    router = litellm.Router(model_list=[JUDGE_GROUP])
     shadow = evaluator(tmp_path, judge_max_tokens=2000)  # the judge estimate (~0.00214 USD) covers its real cost
     budget = shadow.budget = DailyBudget(0.012)  # two jobs of 0.0012 + 2 x 0.00214 reserved
-    candidates, served = job_candidates(["A", "B"], [{"model_name": "g", "litellm_params": {}}, shadow_deployment],
-                                        [1e-3, SHADOW_CALL_USD], 0)
-    jobs = [ShadowJob(f"c{i}", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served)
-            for i in range(8)]
     skipped = shadow_metrics.snapshot().get("skipped:budget", 0)
-
-    async def answer_all() -> list:
-        running = [asyncio.ensure_future(shadow.run(j, "served answer", 1e-3, router.acompletion,
-                                                    lambda model_id: next(d for d in router.model_list if d["model_info"]["id"] == model_id),
-                                                    lambda: router.get_model_list(model_name="judge")))
-                   for j in jobs]
-        await asyncio.sleep(0.5)
-        gate.set()
-        return await asyncio.wait_for(asyncio.gather(*running), 30)
-
-    with respx.mock(assert_all_called=True) as mock:
-        mock.post("http://shadow.test/v1/chat/completions").mock(side_effect=shadow_upstream)
-        mock.post("http://judge.test/v1/chat/completions").mock(return_value=completion("Fine.\nSCORE: 1"))
-        rows = [r for r in asyncio.run(answer_all()) if r is not None]
+    rows = [r for r in run_jobs(shadow, router, 8, shadow_upstream) if r is not None]
     assert len(rows) == 2 and all(r["A"] == 1.0 and r["B"] == 1.0 for r in rows)  # both answers of each judged
     assert shadow_metrics.snapshot()["skipped:budget"] - skipped == 6
     assert budget.spent() == pytest.approx(2 * (SHADOW_CALL_USD + 2 * JUDGE_CALL_USD)) and budget.spent() <= 0.012
+
+
+def test_a_judge_model_that_is_no_model_group_spends_nothing(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    calls: list[httpx.Request] = []
+
+    def shadow_upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return completion("shadow answer")
+
+    shadow = evaluator(tmp_path, judge_model="judge-typo")
+    errors = shadow_metrics.snapshot().get("skipped:error", 0)
+    assert run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP]), 1, shadow_upstream) == [None]
+    assert calls == [] and shadow.budget.spent() == 0.0
+    assert shadow_metrics.snapshot()["skipped:error"] == errors + 1
+    assert "shadow.judge_model 'judge-typo' is not a model group of this proxy" in caplog.text
