@@ -287,3 +287,27 @@ def test_start_z_holds_on_redis_state_an_older_worker_wrote_without_sum_p2(redis
     assert controller.control(KEY, TAU).delta == 0.0
     assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(sum(p * p for p in noisy), abs=0.2)
     assert controller.snapshot(KEY)["n"] == 10
+
+
+@pytest.mark.parametrize("p_ref", [math.nan, math.inf])
+def test_a_reference_p_that_is_not_a_number_falls_back_to_the_margin(redis_server, p_ref):
+    """An artifact whose stored reference p is NaN must not turn delta (the routed tau) into NaN,
+    nor fail the Lua script (Lua reads 'nan' as nil)."""
+    for controller in (ComplianceController(settings(margin=0.05)),
+                       ComplianceController(settings(margin=0.05), redis_url=redis_server.url)):
+        key = f"{KEY}:{p_ref}:{controller.redis is not None}"
+        for _ in range(5):
+            controller.record_decision(key, TAU, 0.82, 0.82, p_ref)
+        assert controller.shared == (controller.redis is not None)
+        assert controller.control(key, TAU).delta == pytest.approx(0.1 * (TAU + 0.05 - 0.82))
+
+
+def test_start_z_on_a_window_of_constant_p_has_no_spread_and_moves_on_any_shortfall(redis_server):
+    """sum_p2 / n - mean^2 rounds below 0 for a constant p: the standard error is 0, never NaN."""
+    for controller in (ComplianceController(settings(margin=0.0, start_z=3.0)),
+                       ComplianceController(settings(margin=0.0, start_z=3.0), redis_url=redis_server.url)):
+        key = f"{KEY}:constant:{controller.redis is not None}"
+        for _ in range(40):
+            controller.record_decision(key, TAU, 0.7, 0.9)
+        delta = controller.control(key, TAU).delta
+        assert math.isfinite(delta) and delta > 0 and controller.shared == (controller.redis is not None)
