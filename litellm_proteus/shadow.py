@@ -23,7 +23,8 @@ judge, the judge prompt's ceil(characters / 4) tokens and ``judge_max_tokens`` a
 highest price.  A reservation that would pass the cap is refused and the request skipped (counted,
 and a log line at most every ``WARN_EVERY_S``); a reserved job makes all its calls, so no paid answer
 goes unjudged for want of budget.  When the job ends the reservation is settled to the calls' real
-cost (usage x the deployment's price, ``costs.deployment_prices``).
+cost (usage x the deployment's price, ``costs.deployment_prices``; a call that timed out counts its
+estimate, as the provider may bill it).
 Errors and timeouts are counted and logged, never raised: the client's request is long answered.
 """
 
@@ -200,12 +201,13 @@ class ShadowEvaluator:
             return None
         spend: list[float] = []  # the real cost of each call made
         try:
-            return await self._calls(job, served, picked, served_text, served_cost, judge, lookup, spend)
+            return await self._calls(job, served, picked, served_text, served_cost, judge, lookup, judge_cost, spend)
         finally:  # the reservation becomes the calls' real cost (errors and cancellation too)
             shadow_metrics.record_budget(await self.budget.acharge(sum(spend) - reserved, day))
 
     async def _calls(self, job: ShadowJob, served: ShadowCandidate, picked: list[ShadowCandidate], served_text: str | None,
-                     served_cost: float, judge: JudgeCall, lookup: DeploymentLookup, spend: list[float]) -> dict[str, Any] | None:
+                     served_cost: float, judge: JudgeCall, lookup: DeploymentLookup, judge_cost: float,
+                     spend: list[float]) -> dict[str, Any] | None:
         answers: dict[str, str | None] = {served.model: served_text}
         costs: dict[str, float] = {c.model: c.est_cost_usd for c in job.candidates}
         costs[served.model] = served_cost
@@ -215,7 +217,7 @@ class ShadowEvaluator:
         scores: dict[str, float | None] = {}
         for model, text in answers.items():
             if text is not None:
-                scores[model] = await self._judge(job, text, judge, lookup, spend)
+                scores[model] = await self._judge(job, text, judge, lookup, spend, judge_cost)
         if not any(v is not None for v in scores.values()):
             shadow_metrics.record_skip("unscored")
             return None
@@ -244,7 +246,9 @@ class ShadowEvaluator:
                 self.settings.timeout_s,
             )
         except Exception as exc:  # an upstream error or timeout: this candidate stays unscored
-            shadow_metrics.record_call("candidate", False, 0.0)
+            cost = billed_if_timed_out(exc, candidate.est_cost_usd)
+            shadow_metrics.record_call("candidate", False, cost)
+            spend.append(cost)
             self._warnings.warn("call", "PROTEUS shadow: call to %s failed: %s", candidate.model, _short(exc))
             return None, candidate.est_cost_usd
         cost = call_cost(response, candidate.deployment)
@@ -253,7 +257,7 @@ class ShadowEvaluator:
         return response_text(response), cost
 
     async def _judge(self, job: ShadowJob, answer: str, judge: JudgeCall, lookup: DeploymentLookup,
-                     spend: list[float]) -> float | None:
+                     spend: list[float], estimate: float) -> float | None:
         try:
             reply = await asyncio.wait_for(
                 judge(model=self.settings.judge_model, messages=judge_messages(job.prompt, answer), temperature=0,
@@ -262,7 +266,9 @@ class ShadowEvaluator:
                 self.settings.timeout_s,
             )
         except Exception as exc:
-            shadow_metrics.record_call("judge", False, 0.0)
+            cost = billed_if_timed_out(exc, estimate)
+            shadow_metrics.record_call("judge", False, cost)
+            spend.append(cost)
             self._warnings.warn("judge", "PROTEUS shadow: judge call failed: %s", _short(exc))
             return None
         hidden = getattr(reply, "_hidden_params", None) or {}
@@ -281,6 +287,14 @@ class ShadowEvaluator:
         """Wait for the running jobs (tests, shutdown)."""
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout)
+
+
+def billed_if_timed_out(exc: BaseException, estimate: float) -> float:
+    """What a failed call is charged: its estimate when it timed out (the provider may bill the
+    answer the job stopped waiting for), else 0 (an error answer)."""
+    import litellm
+
+    return estimate if isinstance(exc, (TimeoutError, litellm.Timeout)) else 0.0
 
 
 def _short(exc: BaseException) -> str:

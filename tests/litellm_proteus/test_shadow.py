@@ -231,3 +231,17 @@ def test_a_judge_model_that_is_no_model_group_spends_nothing(tmp_path, monkeypat
     assert calls == [] and shadow.budget.spent() == 0.0
     assert shadow_metrics.snapshot()["skipped:error"] == errors + 1
     assert "shadow.judge_model 'judge-typo' is not a model group of this proxy" in caplog.text
+
+
+def test_a_shadow_call_that_times_out_is_charged_its_estimate(tmp_path, monkeypatch):
+    """The provider may bill a call the job gave up on: a deployment slower than timeout_s on every
+    call must still use up the budget, not spend without limit."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+
+    async def slow_upstream(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(3.0)
+        return completion("too late")
+
+    shadow = evaluator(tmp_path, timeout_s=0.3)
+    assert run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP]), 1, slow_upstream)[0]["B"] is None
+    assert shadow.budget.spent() == pytest.approx(SHADOW_CALL_USD + JUDGE_CALL_USD)  # the estimate + the served answer's judge
