@@ -110,9 +110,6 @@ class DailyBudget:
         return self.spent() >= self.cap_usd
 
     # -- async (the proxy's event loop) -------------------------------------------------------
-    async def aexhausted(self) -> bool:
-        return await asyncio.to_thread(self.exhausted) if self.redis is not None else self.exhausted()
-
     async def areserve(self, usd: float) -> tuple[str | None, float]:
         return await asyncio.to_thread(self.reserve, usd) if self.redis is not None else self.reserve(usd)
 
