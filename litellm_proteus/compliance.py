@@ -220,6 +220,9 @@ if kind == 'f' then
     redis.call('HINCRBYFLOAT', h, 'sum_y', -oy)
   end
 else
+  -- sum_p2 is summed afresh from the list where it is missing or a window old: an older worker's
+  -- decisions (a rolling deploy) push and pop entries without it, which would offset it for good
+  local resum = redis.call('HEXISTS', h, 'sum_p2') == 0 or redis.call('HINCRBY', h, 'p2_age', 1) >= window
   redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_p', p)
   redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
@@ -229,6 +232,11 @@ else
     redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
     redis.call('HINCRBYFLOAT', h, 'sum_p2', -op * op)
     redis.call('HINCRBYFLOAT', h, 'sum_best', -ob)
+  end
+  if resum then
+    local s2 = 0
+    for _, entry in ipairs(redis.call('LRANGE', dl, 0, -1)) do local q = split(entry); s2 = s2 + q * q end
+    redis.call('HSET', h, 'sum_p2', string.format('%.17g', s2), 'p2_age', 0)
   end
   local n = redis.call('LLEN', dl)
   if n >= min_dec then

@@ -237,6 +237,8 @@ class ProteusConfig(BaseModel):
             raise ValueError(f"shadow.tiers names unknown tiers {unknown}; allowed: {allowed}")
         if self.shadow.enabled and (self.decision_log is None or self.decision_log.dir is None):
             raise ValueError("shadow evaluation writes its rows beside the decision log: set decision_log.dir")
+        if self.shadow.enabled and not self.decision_log.log_prompts:
+            raise ValueError("shadow rows store the prompt text: set decision_log.log_prompts: true (or shadow.rate: 0)")
         return self
 
     def may_raise(self, tier: str) -> bool:

@@ -17,9 +17,14 @@ chat requests PROTEUS routes:
    (``litellm_proteus.judge_rubric``);
 4. one shadow row (``litellm_proteus.shadow_rows``) is written beside the decision log.
 
-Every call's cost (usage x the deployment's price, ``costs.deployment_prices``) is charged to the
-daily budget (``shadow_budget.DailyBudget``), checked before each call: once spent, sampled requests
-are skipped for the rest of the UTC day (counted, and a log line at most every ``WARN_EVERY_S``).
+Before its first call a job reserves its estimated cost in the daily budget
+(``shadow_budget.DailyBudget``): the candidates' cost estimates of the decision plus, per answer to
+judge, the judge prompt's ceil(characters / 4) tokens and ``judge_max_tokens`` at the judge group's
+highest price.  A reservation that would pass the cap is refused and the request skipped (counted,
+and a log line at most every ``WARN_EVERY_S``); a reserved job makes all its calls, so no paid answer
+goes unjudged for want of budget.  When the job ends the reservation is settled to the calls' real
+cost (usage x the deployment's price, ``costs.deployment_prices``; a call that timed out counts its
+estimate, as the provider may bill it).
 Errors and timeouts are counted and logged, never raised: the client's request is long answered.
 """
 
@@ -29,6 +34,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import math
 import random
 import threading
 from collections import OrderedDict
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import shadow_metrics
-from .costs import deployment_prices
+from .costs import CHARS_PER_TOKEN, deployment_prices
 from .decision_log import RotatingJsonl
 from .judge_rubric import judge_messages, parse_score
 from .observability import RateLimitedWarnings
@@ -95,6 +101,8 @@ def response_text(response: Any) -> str | None:
 JudgeCall = Callable[..., Awaitable[Any]]
 # deployment id -> deployment dict (to price a judge call)
 DeploymentLookup = Callable[[str], Mapping[str, Any] | None]
+# the judge group's deployments (to estimate a judge call's cost before it is made)
+JudgeDeployments = Callable[[], Sequence[Mapping[str, Any]]]
 
 
 class ShadowEvaluator:
@@ -130,17 +138,19 @@ class ShadowEvaluator:
         with self._lock:
             self.pending.pop(call_id, None)
 
-    def answered(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup) -> asyncio.Task | None:
+    def answered(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup,
+                 judge_deployments: JudgeDeployments) -> asyncio.Task | None:
         """The client's response for ``call_id`` is complete: start its shadow job in the background
         (never raises: it runs in LiteLLM's success callback)."""
         try:
-            return self._start(call_id, response, judge, lookup)
+            return self._start(call_id, response, judge, lookup, judge_deployments)
         except Exception as exc:
             shadow_metrics.record_skip("error")
             self._warnings.warn("start", "PROTEUS shadow: cannot start the job for %s: %s", call_id, _short(exc))
             return None
 
-    def _start(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup) -> asyncio.Task | None:
+    def _start(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup,
+               judge_deployments: JudgeDeployments) -> asyncio.Task | None:
         with self._lock:
             job = self.pending.pop(call_id, None)
         if job is None:
@@ -152,7 +162,7 @@ class ShadowEvaluator:
             return None
         loop = asyncio.get_running_loop()
         served_cost = call_cost(response, job.candidates[job.served].deployment)
-        coroutine = self.run(job, response_text(response), served_cost, judge, lookup)
+        coroutine = self.run(job, response_text(response), served_cost, judge, lookup, judge_deployments)
         # a fresh context: nothing of the callback's (LiteLLM's callback deadline) reaches the job
         task = loop.create_task(coroutine, context=contextvars.Context())
         self.tasks.add(task)  # referenced until done: the loop holds tasks weakly
@@ -161,34 +171,53 @@ class ShadowEvaluator:
 
     # -- the background job ------------------------------------------------------------------------
     async def run(self, job: ShadowJob, served_text: str | None, served_cost: float, judge: JudgeCall,
-                  lookup: DeploymentLookup) -> dict[str, Any] | None:
+                  lookup: DeploymentLookup, judge_deployments: JudgeDeployments) -> dict[str, Any] | None:
         try:
-            return await self._run(job, served_text, served_cost, judge, lookup)
+            return await self._run(job, served_text, served_cost, judge, lookup, judge_deployments)
         except Exception as exc:  # never escapes: the request it shadows is long answered
             shadow_metrics.record_skip("error")
             self._warnings.warn("job", "PROTEUS shadow: job for %s failed: %s", job.call_id, exc)
             return None
 
     async def _run(self, job: ShadowJob, served_text: str | None, served_cost: float, judge: JudgeCall,
-                   lookup: DeploymentLookup) -> dict[str, Any] | None:
-        if await self._over_budget(count=True):
-            return None
+                   lookup: DeploymentLookup, judge_deployments: JudgeDeployments) -> dict[str, Any] | None:
         served = job.candidates[job.served]
         others = [c for i, c in enumerate(job.candidates) if i != job.served]
         picked = self.rng.sample(others, min(self.settings.candidates, len(others)))
+        judges = list(judge_deployments())
+        if not judges:  # nothing could judge the answers: pay for none of them
+            shadow_metrics.record_skip("error")
+            self._warnings.warn("judge_model", "PROTEUS shadow: shadow.judge_model %r is not a model group of this proxy; "
+                                "no shadow calls", self.settings.judge_model)
+            return None
+        judge_cost = self.judge_estimate(job.prompt, served_text or "", judges)
+        reserved = sum(c.est_cost_usd for c in picked) + (len(picked) + 1) * judge_cost
+        day, total = await self.budget.areserve(reserved)
+        shadow_metrics.record_budget(total)
+        if day is None:
+            shadow_metrics.record_skip("budget")
+            self._warnings.warn("budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until 00:00 UTC",
+                                self.budget.cap_usd)
+            return None
+        spend: list[float] = []  # the real cost of each call made
+        try:
+            return await self._calls(job, served, picked, served_text, served_cost, judge, lookup, judge_cost, spend)
+        finally:  # the reservation becomes the calls' real cost (errors and cancellation too)
+            shadow_metrics.record_budget(await self.budget.acharge(sum(spend) - reserved, day))
+
+    async def _calls(self, job: ShadowJob, served: ShadowCandidate, picked: list[ShadowCandidate], served_text: str | None,
+                     served_cost: float, judge: JudgeCall, lookup: DeploymentLookup, judge_cost: float,
+                     spend: list[float]) -> dict[str, Any] | None:
         answers: dict[str, str | None] = {served.model: served_text}
         costs: dict[str, float] = {c.model: c.est_cost_usd for c in job.candidates}
         costs[served.model] = served_cost
         for candidate in picked:
-            if await self._over_budget():
-                break
-            text, cost = await self._shadow_call(job, candidate)
+            text, cost = await self._shadow_call(job, candidate, spend)
             answers[candidate.model], costs[candidate.model] = text, cost
         scores: dict[str, float | None] = {}
         for model, text in answers.items():
-            if text is None or await self._over_budget():
-                continue
-            scores[model] = await self._judge(job, text, judge, lookup)
+            if text is not None:
+                scores[model] = await self._judge(job, text, judge, lookup, spend, judge_cost)
         if not any(v is not None for v in scores.values()):
             shadow_metrics.record_skip("unscored")
             return None
@@ -198,7 +227,15 @@ class ShadowEvaluator:
         shadow_metrics.record_row()
         return row
 
-    async def _shadow_call(self, job: ShadowJob, candidate: ShadowCandidate) -> tuple[str | None, float]:
+    def judge_estimate(self, prompt: str, answer: str, deployments: Sequence[Mapping[str, Any]]) -> float:
+        """One judge call's cost estimate: the judge prompt's ceil(characters / 4) tokens and
+        ``judge_max_tokens`` at the highest price among the judge group's deployments (0: none priced)."""
+        tokens_in = math.ceil(sum(len(m["content"]) for m in judge_messages(prompt, answer)) / CHARS_PER_TOKEN)
+        prices = [p for p in map(deployment_prices, deployments) if p is not None]
+        return max((tokens_in * p.input_per_token + self.settings.judge_max_tokens * p.output_per_token for p in prices),
+                   default=0.0)
+
+    async def _shadow_call(self, job: ShadowJob, candidate: ShadowCandidate, spend: list[float]) -> tuple[str | None, float]:
         import litellm
 
         params = dict(candidate.deployment.get("litellm_params") or {})
@@ -209,15 +246,18 @@ class ShadowEvaluator:
                 self.settings.timeout_s,
             )
         except Exception as exc:  # an upstream error or timeout: this candidate stays unscored
-            shadow_metrics.record_call("candidate", False, 0.0)
+            cost = billed_if_timed_out(exc, candidate.est_cost_usd)
+            shadow_metrics.record_call("candidate", False, cost)
+            spend.append(cost)
             self._warnings.warn("call", "PROTEUS shadow: call to %s failed: %s", candidate.model, _short(exc))
             return None, candidate.est_cost_usd
         cost = call_cost(response, candidate.deployment)
         shadow_metrics.record_call("candidate", True, cost)
-        await self._charge(cost)
+        spend.append(cost)
         return response_text(response), cost
 
-    async def _judge(self, job: ShadowJob, answer: str, judge: JudgeCall, lookup: DeploymentLookup) -> float | None:
+    async def _judge(self, job: ShadowJob, answer: str, judge: JudgeCall, lookup: DeploymentLookup,
+                     spend: list[float], estimate: float) -> float | None:
         try:
             reply = await asyncio.wait_for(
                 judge(model=self.settings.judge_model, messages=judge_messages(job.prompt, answer), temperature=0,
@@ -226,28 +266,17 @@ class ShadowEvaluator:
                 self.settings.timeout_s,
             )
         except Exception as exc:
-            shadow_metrics.record_call("judge", False, 0.0)
+            cost = billed_if_timed_out(exc, estimate)
+            shadow_metrics.record_call("judge", False, cost)
+            spend.append(cost)
             self._warnings.warn("judge", "PROTEUS shadow: judge call failed: %s", _short(exc))
             return None
         hidden = getattr(reply, "_hidden_params", None) or {}
         model_id = hidden.get("model_id") if isinstance(hidden, Mapping) else None
         cost = call_cost(reply, lookup(str(model_id)) if model_id else None)
         shadow_metrics.record_call("judge", True, cost)
-        await self._charge(cost)
+        spend.append(cost)
         return parse_score(response_text(reply))
-
-    async def _charge(self, cost: float) -> None:
-        shadow_metrics.record_budget(await self.budget.acharge(cost))
-
-    async def _over_budget(self, count: bool = False) -> bool:
-        """Today's spend has reached the cap; ``count``: a job skipped whole (the skip metric)."""
-        if not await self.budget.aexhausted():
-            return False
-        if count:
-            shadow_metrics.record_skip("budget")
-        self._warnings.warn("budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until 00:00 UTC",
-                            self.budget.cap_usd)
-        return True
 
     def _write(self, row: dict[str, Any]) -> None:
         with self._write_lock:
@@ -258,6 +287,14 @@ class ShadowEvaluator:
         """Wait for the running jobs (tests, shutdown)."""
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout)
+
+
+def billed_if_timed_out(exc: BaseException, estimate: float) -> float:
+    """What a failed call is charged: its estimate when it timed out (the provider may bill the
+    answer the job stopped waiting for), else 0 (an error answer)."""
+    import litellm
+
+    return estimate if isinstance(exc, (TimeoutError, litellm.Timeout)) else 0.0
 
 
 def _short(exc: BaseException) -> str:

@@ -3,8 +3,9 @@
 Spend is the sum of the shadow and judge calls' costs (usage x the deployment's price).  With Redis
 configured it is shared by every worker and proxy: ``INCRBYFLOAT <key_prefix><yyyymmdd>`` (atomic;
 the key expires two days later); without Redis, or while Redis cannot be reached, each process
-counts its own spend.  A job checks the cap before each call, so a day's spend can pass the cap by
-at most the calls in flight when it was reached.
+counts its own spend.  A job *reserves* its estimated cost before its first call (atomically: the
+reservation is refused when it would pass the cap) and settles the difference to its calls' real
+cost when it ends, so concurrent jobs pass the cap only by what their estimates fell short of.
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ from .observability import RateLimitedWarnings
 
 logger = logging.getLogger("litellm_proteus.shadow")
 KEY_TTL_S = 2 * 86400
+# KEYS: the day's key; ARGV: amount, cap, ttl.  Adds the amount unless the total would pass the cap
+# (or already has).  Returns {1 | 0, total} (the total as a string: Lua numbers cut to integers).
+_RESERVE_LUA = """
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+local usd, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
+if before >= cap or before + usd > cap then return {0, tostring(before)} end
+local total = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return {1, total}
+"""
 
 
 def utc_day(now: float | None = None) -> str:
@@ -41,6 +52,7 @@ class DailyBudget:
         self._lock = threading.Lock()
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 60.0)
+        self._reserve = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
 
     def key(self, day: str) -> str:
         return f"{self.key_prefix}{day}"
@@ -57,10 +69,26 @@ class DailyBudget:
         with self._lock:
             return self._local.get(day, 0.0)
 
-    def charge(self, usd: float) -> float:
-        """Add ``usd`` to today's spend; returns the new total."""
+    def reserve(self, usd: float) -> tuple[str | None, float]:
+        """Add ``usd`` to today's spend unless the total would pass the cap: (the day charged, or
+        None when refused; the total)."""
         day = utc_day(self.clock())
-        if usd <= 0:
+        if self._use_redis():
+            try:
+                ok, total = self._reserve(keys=[self.key(day)], args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                return (day if int(ok) else None), float(total)
+            except Exception as exc:
+                self._redis_failed(exc)
+        with self._lock:
+            before = self._local.get(day, 0.0)
+            if before >= self.cap_usd or before + usd > self.cap_usd:
+                return None, before
+        return day, self.charge(usd, day)
+
+    def charge(self, usd: float, day: str | None = None) -> float:
+        """Add ``usd`` (negative: a refund) to the spend of ``day`` (default today); returns the new total."""
+        day = day or utc_day(self.clock())
+        if usd == 0:
             return self.spent()
         if self._use_redis():
             try:
@@ -72,7 +100,8 @@ class DailyBudget:
             except Exception as exc:
                 self._redis_failed(exc)
         with self._lock:
-            for old in [d for d in self._local if d != day]:
+            today = utc_day(self.clock())
+            for old in [d for d in self._local if d not in (day, today)]:
                 del self._local[old]
             self._local[day] = self._local.get(day, 0.0) + usd
             return self._local[day]
@@ -81,11 +110,11 @@ class DailyBudget:
         return self.spent() >= self.cap_usd
 
     # -- async (the proxy's event loop) -------------------------------------------------------
-    async def aexhausted(self) -> bool:
-        return await asyncio.to_thread(self.exhausted) if self.redis is not None else self.exhausted()
+    async def areserve(self, usd: float) -> tuple[str | None, float]:
+        return await asyncio.to_thread(self.reserve, usd) if self.redis is not None else self.reserve(usd)
 
-    async def acharge(self, usd: float) -> float:
-        return await asyncio.to_thread(self.charge, usd) if self.redis is not None else self.charge(usd)
+    async def acharge(self, usd: float, day: str | None = None) -> float:
+        return await asyncio.to_thread(self.charge, usd, day) if self.redis is not None else self.charge(usd, day)
 
     def _use_redis(self) -> bool:
         return self.redis is not None and time.monotonic() >= self._redis_down_until

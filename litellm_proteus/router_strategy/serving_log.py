@@ -170,7 +170,8 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
     if shadow is not None:
         if success:  # a stream's callback carries the assembled response
             shadow.answered(str(call_id), kwargs.get("complete_streaming_response") or response,
-                            judge=strategy.router.acompletion, lookup=lambda model_id: _deployment(strategy, model_id))
+                            judge=strategy.router.acompletion, lookup=lambda model_id: _deployment(strategy, model_id),
+                            judge_deployments=lambda: strategy.router.get_model_list(model_name=shadow.settings.judge_model) or [])
         else:
             shadow.forget(str(call_id))
     try:

@@ -267,3 +267,47 @@ def test_redis_state_matches_the_local_update_with_reference_and_start_z(redis_s
     remote = run(ComplianceController(settings(**shared), redis_url=redis_server.url))
     assert remote == pytest.approx(local, abs=1e-9) and any(d > 0 for d in remote)
 
+
+
+def test_start_z_holds_on_redis_state_an_older_worker_wrote_without_sum_p2(redis_server):
+    """A rolling deploy: older workers keep the decision list and sum_p but no sum_p2 (and pop
+    entries without subtracting their p^2); the rest band must read the window's real spread."""
+    import redis
+
+    noisy = [0.75, 0.85] * 5  # 0.02 short of tau + margin, within 2 standard errors: at rest
+    controller = ComplianceController(settings(margin=0.02, start_z=2.0), redis_url=redis_server.url)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    hash_key = controller.redis._keys(KEY)[0]
+    feed(controller, noisy)
+    client.hdel(hash_key, "sum_p2")  # the hash as an older worker leaves it
+    feed(controller, noisy * 2)
+    assert controller.shared and controller.control(KEY, TAU).delta == 0.0
+    client.hset(hash_key, "sum_p2", 5.0)  # entries an older worker popped left their p^2 behind
+    feed(controller, noisy * 3)
+    assert controller.control(KEY, TAU).delta == 0.0
+    assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(sum(p * p for p in noisy), abs=0.2)
+    assert controller.snapshot(KEY)["n"] == 10
+
+
+@pytest.mark.parametrize("p_ref", [math.nan, math.inf])
+def test_a_reference_p_that_is_not_a_number_falls_back_to_the_margin(redis_server, p_ref):
+    """An artifact whose stored reference p is NaN must not turn delta (the routed tau) into NaN,
+    nor fail the Lua script (Lua reads 'nan' as nil)."""
+    for controller in (ComplianceController(settings(margin=0.05)),
+                       ComplianceController(settings(margin=0.05), redis_url=redis_server.url)):
+        key = f"{KEY}:{p_ref}:{controller.redis is not None}"
+        for _ in range(5):
+            controller.record_decision(key, TAU, 0.82, 0.82, p_ref)
+        assert controller.shared == (controller.redis is not None)
+        assert controller.control(key, TAU).delta == pytest.approx(0.1 * (TAU + 0.05 - 0.82))
+
+
+def test_start_z_on_a_window_of_constant_p_has_no_spread_and_moves_on_any_shortfall(redis_server):
+    """sum_p2 / n - mean^2 rounds below 0 for a constant p: the standard error is 0, never NaN."""
+    for controller in (ComplianceController(settings(margin=0.0, start_z=3.0)),
+                       ComplianceController(settings(margin=0.0, start_z=3.0), redis_url=redis_server.url)):
+        key = f"{KEY}:constant:{controller.redis is not None}"
+        for _ in range(40):
+            controller.record_decision(key, TAU, 0.7, 0.9)
+        delta = controller.control(key, TAU).delta
+        assert math.isfinite(delta) and delta > 0 and controller.shared == (controller.redis is not None)

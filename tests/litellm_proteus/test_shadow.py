@@ -3,10 +3,14 @@ sampling, the pending-request bound, one candidate per slot, the settings' valid
 
 from __future__ import annotations
 
+import asyncio
 import random
 
+import httpx
+import litellm
 import pytest
 import redis
+import respx
 
 from litellm_proteus import shadow_metrics
 from litellm_proteus.config import ProteusConfig, ProteusConfigError
@@ -109,6 +113,9 @@ def test_one_candidate_per_slot_keeps_the_served_deployment():
     ({"shadow": {**ON, "daily_budget_usd": 0}}, "shadow.daily_budget_usd: Input should be greater than 0"),
     ({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"gold": 0.5}}}, r"shadow.tiers names unknown tiers \['gold'\]"),
     ({"shadow": {"candidate": 2}}, r"shadow.candidate: Extra inputs are not permitted \(allowed: \['candidates'"),
+    # a shadow row holds the prompt text: not where the operator asked for hashes only
+    ({"decision_log": {"dir": "/tmp/x"}, "shadow": ON},
+     r"shadow rows store the prompt text: set decision_log.log_prompts: true \(or shadow.rate: 0\)"),
 ])
 def test_bad_shadow_settings_name_the_field(raw, message):
     with pytest.raises(ProteusConfigError, match=message):
@@ -117,7 +124,8 @@ def test_bad_shadow_settings_name_the_field(raw, message):
 
 def test_shadow_is_off_by_default():
     assert not ProteusConfig.parse({}).shadow.enabled
-    config = ProteusConfig.parse({"decision_log": {"dir": "/tmp/x"}, "shadow": {**ON, "tiers": {"premium": 0.0}}})
+    config = ProteusConfig.parse({"decision_log": {"dir": "/tmp/x", "log_prompts": True},
+                                  "shadow": {**ON, "tiers": {"premium": 0.0}}})
     assert config.shadow.rate_for("premium") == 0.0 and config.shadow.rate_for("economy") == 0.25
 
 
@@ -127,6 +135,113 @@ def test_a_job_that_cannot_start_is_counted_never_raised(tmp_path):
     shadow.offer(ShadowJob("c1", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served))
     before = shadow_metrics.snapshot().get("skipped:error", 0)
     # outside an event loop (a sync callback): no task can be created
-    assert shadow.answered("c1", None, judge=None, lookup=lambda _: None) is None
+    assert shadow.answered("c1", None, judge=None, lookup=lambda _: None, judge_deployments=tuple) is None
     assert shadow_metrics.snapshot()["skipped:error"] == before + 1 and "c1" not in shadow.pending
-    assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None) is None  # not sampled: nothing to do
+    assert shadow.answered("unknown", None, judge=None, lookup=lambda _: None, judge_deployments=tuple) is None  # not sampled: nothing to do
+
+
+def test_budget_reservation_is_refused_past_the_cap_and_settles_to_the_real_cost(redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    clock = Clock(DAY)
+    for budget in (DailyBudget(0.01, clock=clock), DailyBudget(0.01, client, "t:reserve:", clock=clock)):
+        day, total = budget.reserve(0.006)
+        assert day == utc_day(DAY) and total == pytest.approx(0.006)
+        assert budget.reserve(0.005) == (None, pytest.approx(0.006))  # would pass the cap: nothing added
+        clock.now = DAY + 16 * 3600 - 1.0  # 23:59:59 UTC
+        day2, _ = budget.reserve(0.004)
+        clock.now = DAY + 16 * 3600  # the job ends after midnight: its settlement goes to the day it reserved on
+        assert budget.charge(0.001 - 0.004, day2) == pytest.approx(0.007) and budget.spent() == 0.0
+        clock.now = DAY
+        assert budget.spent() == pytest.approx(0.007) and budget.reserve(0.003)[0] is not None
+        assert budget.exhausted() and budget.reserve(0.0)[0] is None
+    assert 0 < client.ttl(f"t:reserve:{utc_day(DAY)}") <= KEY_TTL_S
+
+
+SHADOW_PRICE, JUDGE_PRICE = 6.0e-7, 1.0e-6  # per token; every upstream answer reports 1,000 + 1,000 tokens
+SHADOW_CALL_USD, JUDGE_CALL_USD = 2000 * SHADOW_PRICE, 2000 * JUDGE_PRICE
+
+
+def completion(text: str) -> httpx.Response:
+    return httpx.Response(200, json={
+        "id": "chatcmpl-x", "object": "chat.completion", "created": 0, "model": "upstream",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1000, "completion_tokens": 1000, "total_tokens": 2000}})
+
+
+SHADOW_DEPLOYMENT = {"model_name": "g", "model_info": {"id": "b1"}, "litellm_params": {
+    "model": "openai/b", "api_base": "http://shadow.test/v1", "api_key": "sk-test",
+    "input_cost_per_token": SHADOW_PRICE, "output_cost_per_token": SHADOW_PRICE}}
+JUDGE_GROUP = {"model_name": "judge", "litellm_params": {
+    "model": "openai/judge", "api_base": "http://judge.test/v1", "api_key": "sk-test",
+    "input_cost_per_token": JUDGE_PRICE, "output_cost_per_token": JUDGE_PRICE}}
+
+
+def run_jobs(shadow: ShadowEvaluator, router: litellm.Router, n: int, shadow_upstream) -> list:
+    """``n`` sampled requests (A served, B the other candidate) answered at once; the upstream HTTP
+    of B and of the judge group mocked by respx; each job's result."""
+    candidates, served = job_candidates(["A", "B"], [{"model_name": "g", "litellm_params": {}}, SHADOW_DEPLOYMENT],
+                                        [1e-3, SHADOW_CALL_USD], 0)
+    jobs = [ShadowJob(f"c{i}", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served)
+            for i in range(n)]
+
+    def lookup(model_id: str) -> dict | None:
+        return next((d for d in router.model_list if d["model_info"]["id"] == model_id), None)
+
+    async def answer_all() -> list:
+        running = [shadow.run(j, "served answer", 1e-3, router.acompletion, lookup,
+                              lambda: router.get_model_list(model_name=shadow.settings.judge_model) or []) for j in jobs]
+        return await asyncio.wait_for(asyncio.gather(*running), 30)
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post("http://shadow.test/v1/chat/completions").mock(side_effect=shadow_upstream)
+        mock.post("http://judge.test/v1/chat/completions").mock(return_value=completion("Fine.\nSCORE: 1"))
+        return asyncio.run(answer_all())
+
+
+def test_concurrent_jobs_stay_within_the_daily_budget_and_every_paid_answer_is_judged(tmp_path, monkeypatch):
+    """Eight sampled requests answered at once, a budget for two jobs: reservations stop the other
+    six before any call (checked-then-charged, all eight would pass the check and spend 4x the cap)."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
+
+    async def shadow_upstream(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.2)  # every admitted job is in flight before any is charged
+        return completion("shadow answer")
+
+    router = litellm.Router(model_list=[JUDGE_GROUP])
+    shadow = evaluator(tmp_path, judge_max_tokens=2000)  # the judge estimate (~0.00214 USD) covers its real cost
+    budget = shadow.budget = DailyBudget(0.012)  # two jobs of 0.0012 + 2 x 0.00214 reserved
+    skipped = shadow_metrics.snapshot().get("skipped:budget", 0)
+    rows = [r for r in run_jobs(shadow, router, 8, shadow_upstream) if r is not None]
+    assert len(rows) == 2 and all(r["A"] == 1.0 and r["B"] == 1.0 for r in rows)  # both answers of each judged
+    assert shadow_metrics.snapshot()["skipped:budget"] - skipped == 6
+    assert budget.spent() == pytest.approx(2 * (SHADOW_CALL_USD + 2 * JUDGE_CALL_USD)) and budget.spent() <= 0.012
+
+
+def test_a_judge_model_that_is_no_model_group_spends_nothing(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    calls: list[httpx.Request] = []
+
+    def shadow_upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return completion("shadow answer")
+
+    shadow = evaluator(tmp_path, judge_model="judge-typo")
+    errors = shadow_metrics.snapshot().get("skipped:error", 0)
+    assert run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP]), 1, shadow_upstream) == [None]
+    assert calls == [] and shadow.budget.spent() == 0.0
+    assert shadow_metrics.snapshot()["skipped:error"] == errors + 1
+    assert "shadow.judge_model 'judge-typo' is not a model group of this proxy" in caplog.text
+
+
+def test_a_shadow_call_that_times_out_is_charged_its_estimate(tmp_path, monkeypatch):
+    """The provider may bill a call the job gave up on: a deployment slower than timeout_s on every
+    call must still use up the budget, not spend without limit."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+
+    async def slow_upstream(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(3.0)
+        return completion("too late")
+
+    shadow = evaluator(tmp_path, timeout_s=0.3)
+    assert run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP]), 1, slow_upstream)[0]["B"] is None
+    assert shadow.budget.spent() == pytest.approx(SHADOW_CALL_USD + JUDGE_CALL_USD)  # the estimate + the served answer's judge
