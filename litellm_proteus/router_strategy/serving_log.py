@@ -40,18 +40,27 @@ _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
 
 
+def _redis_url(config: ProteusConfig) -> str | None:
+    return config.redis.connection_url() if config.redis is not None else None
+
+
+def _redis(config: ProteusConfig) -> tuple[Any, float]:
+    """(client or None, seconds to keep local state after a Redis failure)."""
+    if config.redis is None:
+        return None, 1.0
+    return redis_client(config.redis), config.redis.retry_after_s
+
+
 def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
     """The shadow evaluator for ``config.shadow`` (None when it is off); its rows go beside the
     decision log, rotated by the same limits; its daily spend is shared through Redis when configured."""
     settings, log = config.shadow, config.decision_log
     if not settings.enabled or log is None or log.dir is None:
         return None
-    redis_url = config.redis.connection_url() if config.redis is not None else None
-    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{redis_url}"
+    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{_redis_url(config)}"
     with _lock:
         if key not in _shadows:
-            client = redis_client(config.redis) if config.redis is not None else None
-            retry = config.redis.retry_after_s if config.redis is not None else 1.0
+            client, retry = _redis(config)
             budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry)
             _shadows[key] = ShadowEvaluator(settings, log.dir, log.max_bytes, log.max_files, budget)
         return _shadows[key]
@@ -62,12 +71,10 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
     settings = config.decision_log
     if settings is None:
         return None
-    redis_url = config.redis.connection_url() if config.redis is not None else None
-    key = f"{settings.model_dump_json()}|{redis_url}"
+    key = f"{settings.model_dump_json()}|{_redis_url(config)}"
     with _lock:
         if key not in _logs:
-            client = redis_client(config.redis) if config.redis is not None else None
-            retry = config.redis.retry_after_s if config.redis is not None else 1.0
+            client, retry = _redis(config)
             writer = DecisionLogWriter(settings, client, retry_after_s=retry)
             _logs[key] = (writer, FeedbackDesk(settings, writer.submit, client))
         return _logs[key]
