@@ -28,7 +28,8 @@ class TrainConfig:
 
     # -- data -------------------------------------------------------------------------------
     data: list[str] = option(None, "routing-log files or directories (several are concatenated)", factory=list)
-    format: str = option("auto", "data format: auto, routerbench (wide format: also your own logs), sprout, routellm")
+    format: str = option("auto", "data format: auto, routerbench (wide format: also your own logs), sprout, routellm, "
+                               "decision-log (a proxy's decision log, with its shadow rows)")
     prices: str | None = option(
         None, "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)"
     )
