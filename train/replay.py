@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from litellm_proteus.compliance import ComplianceController, ComplianceSettings, state_key_for
 
@@ -327,6 +328,9 @@ def run(args: argparse.Namespace) -> int:
         settings = ComplianceSettings(**json.loads(args.compliance))
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(f"--compliance: expected a JSON object of ComplianceSettings fields ({exc})") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"--compliance: {problems} (fields: {', '.join(ComplianceSettings.model_fields)})") from None
     torch.set_num_threads(1)  # the heads are tiny: threads cost more than they save
     artifact = args.artifact or str(DEFAULT_ARTIFACT_DIR)
     inputs = load_inputs(artifact, data=args.data, progress=args.progress)
