@@ -320,8 +320,12 @@ def run(args: argparse.Namespace) -> int:
     from .evaluation.inputs import load_inputs
     from .p_calibration import calibration_report, raw_p
 
-    if not (0 < args.shift_at < args.length and args.window <= args.length and args.batch >= 1 and args.label_delay >= 0):
-        raise ValueError("need 0 < --shift-at < --length, --window <= --length, --batch >= 1, --label-delay >= 0")
+    broken = [rule for rule, ok in ((f"0 < --shift-at ({args.shift_at}) < --length ({args.length})", 0 < args.shift_at < args.length),
+                                    (f"--window ({args.window}) <= --length ({args.length})", args.window <= args.length),
+                                    (f"--batch ({args.batch}) >= 1", args.batch >= 1),
+                                    (f"--label-delay ({args.label_delay}) >= 0", args.label_delay >= 0)) if not ok]
+    if broken:
+        raise ValueError(f"need {'; '.join(broken)}")
     if any(not 0 <= share <= 1 for share in args.labels):
         raise ValueError(f"--labels: shares must be in [0, 1]; got {args.labels}")
     try:

@@ -115,3 +115,11 @@ def test_bad_compliance_settings_name_the_field_and_the_allowed_ones(tmp_path, c
     assert main(["replay", "--out", str(tmp_path), "--compliance", settings]) == 2
     err = capsys.readouterr().err
     assert f"error: --compliance: {fragment}" in err and "start_z" in err.split("fields:")[1]
+
+
+def test_a_stream_shorter_than_its_window_names_the_flags_it_breaks(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    assert main(["replay", "--out", str(tmp_path), "--length", "400"]) == 2  # --window 500, --shift-at 1000 by default
+    err = capsys.readouterr().err
+    assert "error: need 0 < --shift-at (1000) < --length (400); --window (500) <= --length (400)" in err
