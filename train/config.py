@@ -75,7 +75,7 @@ class TrainConfig:
         4_096,
         "rows per epoch of the performance head, at most: a larger training split gives each epoch a fresh "
         "seeded sample of this many rows and early stopping a fixed sample of the validation rows, so head "
-        "fitting stops growing with the data (RouterBench-partial's 2,200 training rows are below it; "
+        "fitting stops growing with the data (RouterBench-partial's 1,737 training rows are below it; "
         "docs/training-speed.md)",
     )
     # -- PPO --------------------------------------------------------------------------------
