@@ -280,14 +280,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument("--labels", nargs="+", type=float, default=[0.0, 0.05, 1.0], metavar="SHARE",
                         help="shares of requests whose outcome comes back as feedback (default: 0 0.05 1)")
-    parser.add_argument("--label-delay", type=int, default=200, help="requests between a decision and its label")
-    parser.add_argument("--length", type=int, default=4000, help="requests per stream")
-    parser.add_argument("--shift-at", type=int, default=1000, help="scenarios hardest, degrade: first shifted request")
+    parser.add_argument("--label-delay", type=int, default=200, help="requests between a decision and its label (default: %(default)s)")
+    parser.add_argument("--length", type=int, default=4000, help="requests per stream (default: %(default)s)")
+    parser.add_argument("--shift-at", type=int, default=1000, help="scenarios hardest, degrade: first shifted request (default: %(default)s)")
     parser.add_argument("--degrade-drop", type=float, default=0.15,
                         help="scenario degrade: how much less often the degraded model succeeds (0.15 = 15 pp)")
-    parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau")
-    parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least")
-    parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each)")
+    parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau (default: %(default)s)")
+    parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each) (default: %(default)s)")
     parser.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="tiers (default: middles of tau_range's thirds)")
     parser.add_argument("--fixed-deltas", nargs="+", type=float, default=[], metavar="DELTA",
                         help="also route every request at these fixed offsets (controller off): the cost-accuracy slope near tau")
