@@ -28,7 +28,8 @@ class TrainConfig:
 
     # -- data -------------------------------------------------------------------------------
     data: list[str] = option(None, "routing-log files or directories (several are concatenated)", factory=list)
-    format: str = option("auto", "data format: auto, routerbench (wide format: also your own logs), sprout, routellm")
+    format: str = option("auto", "data format: auto, routerbench (wide format: also your own logs), sprout, routellm, "
+                               "decision-log (a proxy's decision log, with its shadow rows)")
     prices: str | None = option(
         None, "JSON/YAML price table, model -> [input, output] USD per 1M tokens (SPROUT, RouteLLM logs)"
     )
@@ -74,7 +75,7 @@ class TrainConfig:
         4_096,
         "rows per epoch of the performance head, at most: a larger training split gives each epoch a fresh "
         "seeded sample of this many rows and early stopping a fixed sample of the validation rows, so head "
-        "fitting stops growing with the data (RouterBench-partial's 2,200 training rows are below it; "
+        "fitting stops growing with the data (RouterBench-partial's 1,737 training rows are below it; "
         "docs/training-speed.md)",
     )
     # -- PPO --------------------------------------------------------------------------------

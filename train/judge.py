@@ -71,6 +71,9 @@ def judge(args: argparse.Namespace) -> dict:
         raise ValueError(f"--log {log_dir}: not a directory")
     calls = eligible_calls(log_dir)
     chosen = [c for c in calls if sampled(c[0], args.sample, args.seed)]
+    # --api-base is an OpenAI-compatible endpoint: a bare proxy group name (proteus-judge) has no
+    # provider prefix for LiteLLM to route by, so name the provider (an openai/ prefix is stripped).
+    provider = {"custom_llm_provider": "openai"} if args.api_base else {}
     spent, scored, unscored, failed, stopped = 0.0, [], 0, 0, False
     for call_id, prompt, response in chosen:
         if args.budget_usd is not None and spent >= args.budget_usd:
@@ -79,7 +82,7 @@ def judge(args: argparse.Namespace) -> dict:
         try:
             reply = litellm.completion(model=args.judge_model, messages=judge_messages(prompt, response), temperature=0,
                                        max_tokens=args.max_tokens, api_base=args.api_base,
-                                       api_key=os.environ.get(args.api_key_env))
+                                       api_key=os.environ.get(args.api_key_env), **provider)
         except Exception as exc:  # one failing judge call must not lose the others' labels  # noqa: BLE001
             failed += 1
             print(f"judge call for {call_id} failed: {exc}", flush=True)

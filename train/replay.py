@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from litellm_proteus.compliance import ComplianceController, ComplianceSettings, state_key_for
 
@@ -279,14 +280,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     parser.add_argument("--labels", nargs="+", type=float, default=[0.0, 0.05, 1.0], metavar="SHARE",
                         help="shares of requests whose outcome comes back as feedback (default: 0 0.05 1)")
-    parser.add_argument("--label-delay", type=int, default=200, help="requests between a decision and its label")
-    parser.add_argument("--length", type=int, default=4000, help="requests per stream")
-    parser.add_argument("--shift-at", type=int, default=1000, help="scenarios hardest, degrade: first shifted request")
+    parser.add_argument("--label-delay", type=int, default=200, help="requests between a decision and its label (default: %(default)s)")
+    parser.add_argument("--length", type=int, default=4000, help="requests per stream (default: %(default)s)")
+    parser.add_argument("--shift-at", type=int, default=1000, help="scenarios hardest, degrade: first shifted request (default: %(default)s)")
     parser.add_argument("--degrade-drop", type=float, default=0.15,
                         help="scenario degrade: how much less often the degraded model succeeds (0.15 = 15 pp)")
-    parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau")
-    parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least")
-    parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each)")
+    parser.add_argument("--window", type=int, default=500, help="trailing window for accuracy against tau (default: %(default)s)")
+    parser.add_argument("--min-group-rows", type=int, default=100, help="test rows the easiest/hardest pools hold at least (default: %(default)s)")
+    parser.add_argument("--batch", type=int, default=8, help="requests per micro-batch (one control read each) (default: %(default)s)")
     parser.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="tiers (default: middles of tau_range's thirds)")
     parser.add_argument("--fixed-deltas", nargs="+", type=float, default=[], metavar="DELTA",
                         help="also route every request at these fixed offsets (controller off): the cost-accuracy slope near tau")
@@ -319,14 +320,21 @@ def run(args: argparse.Namespace) -> int:
     from .evaluation.inputs import load_inputs
     from .p_calibration import calibration_report, raw_p
 
-    if not (0 < args.shift_at < args.length and args.window <= args.length and args.batch >= 1 and args.label_delay >= 0):
-        raise ValueError("need 0 < --shift-at < --length, --window <= --length, --batch >= 1, --label-delay >= 0")
+    broken = [rule for rule, ok in ((f"0 < --shift-at ({args.shift_at}) < --length ({args.length})", 0 < args.shift_at < args.length),
+                                    (f"--window ({args.window}) <= --length ({args.length})", args.window <= args.length),
+                                    (f"--batch ({args.batch}) >= 1", args.batch >= 1),
+                                    (f"--label-delay ({args.label_delay}) >= 0", args.label_delay >= 0)) if not ok]
+    if broken:
+        raise ValueError(f"need {'; '.join(broken)}")
     if any(not 0 <= share <= 1 for share in args.labels):
         raise ValueError(f"--labels: shares must be in [0, 1]; got {args.labels}")
     try:
         settings = ComplianceSettings(**json.loads(args.compliance))
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(f"--compliance: expected a JSON object of ComplianceSettings fields ({exc})") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"--compliance: {problems} (fields: {', '.join(ComplianceSettings.model_fields)})") from None
     torch.set_num_threads(1)  # the heads are tiny: threads cost more than they save
     artifact = args.artifact or str(DEFAULT_ARTIFACT_DIR)
     inputs = load_inputs(artifact, data=args.data, progress=args.progress)

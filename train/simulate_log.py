@@ -62,21 +62,21 @@ def parse_tiers(items: list[str]) -> dict[str, float]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", nargs="+", required=True, metavar="PATH", help="full-information routing log(s)")
-    parser.add_argument("--split", default="train", choices=("train", "val", "test"), help="rows to draw prompts from")
+    parser.add_argument("--split", default="train", choices=("train", "val", "test"), help="rows to draw prompts from (default: %(default)s)")
     parser.add_argument("--artifact", default=str(DEFAULT_ARTIFACT_DIR), help="the logging router (default: bundled)")
     tiers = parser.add_mutually_exclusive_group(required=True)
     tiers.add_argument("--config", help="LiteLLM proxy config whose tiers the requests use")
     tiers.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="the requests' tiers, e.g. low=0.72 high=0.78")
     parser.add_argument("--out", required=True, metavar="DIR", help="decision-log directory to write")
     parser.add_argument("--requests", type=int, default=0, help="requests to simulate (0: each prompt of the split once)")
-    parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback")
+    parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback (default: %(default)s)")
     parser.add_argument("--shadow-share", type=float, default=0.0,
-                        help="share of requests whose every model's outcome is revealed as a shadow row")
-    parser.add_argument("--exploration-rate", type=float, default=0.02, help="exploration rate on every tier")
-    parser.add_argument("--delay-s", type=float, default=3600.0, help="feedback arrives up to this long after a decision")
+                        help="share of requests whose every model's outcome is revealed as a shadow row (default: %(default)s)")
+    parser.add_argument("--exploration-rate", type=float, default=0.02, help="exploration rate on every tier (default: %(default)s)")
+    parser.add_argument("--delay-s", type=float, default=3600.0, help="feedback arrives up to this long after a decision (default: %(default)s)")
     parser.add_argument("--start-ts", type=float, default=START_TS, help="unix time of the first request")
-    parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between simulated requests")
-    parser.add_argument("--rotate", type=int, default=10_000, help="records per JSONL file")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="seconds between simulated requests (default: %(default)s)")
+    parser.add_argument("--rotate", type=int, default=10_000, help="records per JSONL file (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
 

@@ -105,3 +105,21 @@ def test_a_degraded_stream_changes_outcomes_not_predictions(make_artifact):
     controller = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50))
     replay_stream(predictor, controller, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
     assert controller.snapshot("tier:tier")["realised_mean"] < 1.0
+
+
+@pytest.mark.parametrize("settings, fragment", [('{"start-z": 0}', "start-z: Extra inputs are not permitted"),
+                                                ('{"start_z": -1}', "start_z: Input should be greater than or equal to 0")])
+def test_bad_compliance_settings_name_the_field_and_the_allowed_ones(tmp_path, capsys, settings, fragment):
+    from litellm_proteus.cli import main
+
+    assert main(["replay", "--out", str(tmp_path), "--compliance", settings]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --compliance: {fragment}" in err and "start_z" in err.split("fields:")[1]
+
+
+def test_a_stream_shorter_than_its_window_names_the_flags_it_breaks(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    assert main(["replay", "--out", str(tmp_path), "--length", "400"]) == 2  # --window 500, --shift-at 1000 by default
+    err = capsys.readouterr().err
+    assert "error: need 0 < --shift-at (1000) < --length (400); --window (500) <= --length (400)" in err

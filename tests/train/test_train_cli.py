@@ -244,6 +244,16 @@ def test_every_train_config_field_is_a_documented_flag():
         assert f.name in by_dest and by_dest[f.name].help, f"TrainConfig.{f.name} is not a documented flag"
 
 
+def test_format_help_names_every_loadable_format():
+    import dataclasses
+
+    from proteus_train.config import TrainConfig
+    from proteus_train.data.common import FORMATS
+
+    help_text = next(f.metadata["help"] for f in dataclasses.fields(TrainConfig) if f.name == "format")
+    assert [name for name in FORMATS if name not in help_text] == []
+
+
 def test_train_stores_the_reference_p_and_calibrate_p_restores_it_alone(trained, tmp_path):
     import shutil
 

@@ -113,7 +113,8 @@ def promotion_report(new_artifact: str, old_artifact: str, log_dir: str, cache_d
 def render(report: dict) -> str:
     lines = [f"# Promotion check: {report['artifact']} vs {report['baseline_artifact']}", "",
              f"Decision log {report['log']}: {report['log_provenance']['n_decisions']} decisions, "
-             f"{report['log_provenance']['n_labelled']} labelled.", "",
+             f"{report['log_provenance']['n_labelled']} labelled, {report['log_provenance'].get('n_shadow_rows', 0)} shadow rows "
+             "(the tiers' rows are both).", "",
              "| tier | tau | new acc (DR, 95% CI) | baseline acc | new $/call | baseline $/call | rows agreeing (new) |",
              "|---|---|---|---|---|---|---|"]
     for tier, pair in report["tiers"].items():

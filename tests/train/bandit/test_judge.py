@@ -67,6 +67,13 @@ def test_judge_writes_feedback_for_parsed_scores_and_counts_the_rest(tmp_path, j
     assert log.provenance["feedback_sources"] == {"api": 1, "judge": 3} and log.provenance["n_labelled"] == 4
 
 
+def test_a_bare_proxy_group_name_is_sent_to_the_api_base(tmp_path, judge_upstream):
+    write_log(tmp_path, n=1)
+    summary = judge(args_for(tmp_path, judge_model="proteus-judge"))  # docs/learn-from-traffic.md's proxy form
+    assert (summary["scored"], summary["failed"]) == (1, 0)
+    assert json.loads(judge_upstream.calls[0].request.content)["model"] == "proteus-judge"
+
+
 def test_sampling_is_by_call_id_and_budget_stops_the_run(tmp_path, monkeypatch):
     write_log(tmp_path, n=40)
     monkeypatch.setenv("PROTEUS_TEST_JUDGE_KEY", "sk-test")

@@ -3,7 +3,7 @@ test_train_from_log)."""
 
 from __future__ import annotations
 
-from proteus_train.evaluation.promotion import overlap_warning, verdict
+from proteus_train.evaluation.promotion import overlap_warning, render, verdict
 
 
 def tier(dr, cost, tau=0.8, matched=50, unsupported=0.0, n=100):
@@ -44,3 +44,10 @@ def test_overlap_warning_when_the_periods_intersect():
     inside = {"first_decision_utc": "2026-01-05T00:00:00Z", "last_decision_utc": "2026-01-12T00:00:00Z"}
     assert overlap_warning(trained, later) is None and overlap_warning({}, later) is None
     assert "overlaps" in overlap_warning(trained, inside)
+
+
+def test_the_report_counts_shadow_rows_beside_the_labelled_requests():
+    report = {"artifact": "new", "baseline_artifact": "old", "log": "LOG", "promote": True, "reasons": ["ok"],
+              "log_provenance": {"n_decisions": 300, "n_labelled": 20, "n_shadow_rows": 35},
+              "tiers": {"economy": {"new": tier(0.8, 1.0, n=55), "baseline": tier(0.8, 1.0, n=55)}}}
+    assert "300 decisions, 20 labelled, 35 shadow rows" in render(report)
