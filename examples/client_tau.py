@@ -29,6 +29,7 @@ def main() -> None:
 
     client = OpenAI(base_url=args.base_url, api_key=args.api_key)
     print(f"{'tau':>5}  {'tau used':>8}  {'source':<13} {'mu':>6}  {'model (trained slot)':<30} answer")
+    moved = False  # any row routed at another tau than asked
     for tau in args.tau:
         raw = client.chat.completions.with_raw_response.create(
             model=args.model,
@@ -37,12 +38,15 @@ def main() -> None:
         )
         answer = raw.parse().choices[0].message.content or ""
         h = raw.headers
-        used = h.get("x-proteus-tau", "?") + ("*" if h.get("x-proteus-tau-clamped") or h.get("x-proteus-tau-capped") else "")
+        marked = bool(h.get("x-proteus-tau-clamped") or h.get("x-proteus-tau-capped"))
+        moved = moved or marked
+        used = h.get("x-proteus-tau", "?") + ("*" if marked else "")
         print(
             f"{tau:>5g}  {used:>8}  {h.get('x-proteus-tau-source', '?'):<13} {h.get('x-proteus-mu', '?'):>6}  "
             f"{h.get('x-proteus-model', '?'):<30} {answer[:60]!r}"
         )
-    print("* clamped to the artifact's trained range, or capped at the key's tier")
+    if moved:
+        print("* clamped to the artifact's trained range, or capped at the key's tier")
 
 
 if __name__ == "__main__":

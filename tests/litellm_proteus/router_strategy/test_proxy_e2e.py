@@ -242,6 +242,14 @@ def test_openai_sdk_example_client(proxy):
     low, high = result.stdout.splitlines()[1:3]
     assert "mistralai/mixtral-8x7b-chat" in low and "served by mixtral" in low
     assert "gpt-4-1106-preview" in high and "key_metadata" not in high and "request" in high
+    assert "* clamped" not in result.stdout  # the footnote only explains a marked row
+    clamped = subprocess.run(
+        [sys.executable, str(example), "What is the capital of France?", "--tau", "0.3",
+         "--base-url", proxy.base, "--api-key", "sk-alice"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert clamped.returncode == 0, clamped.stderr
+    assert "0.7*" in clamped.stdout.splitlines()[1] and "* clamped" in clamped.stdout
 
 
 def post(proxy, path: str, body: dict, key: str = "sk-alice") -> httpx.Response:
