@@ -80,6 +80,7 @@ def reorder_models(log: RoutingLog, models: list[str], notes: list[str]) -> Rout
 def load_split_log(manifest: Manifest, data: list[str] | None, data_format: str | None, notes: list[str]) -> RoutingLog:
     """Re-read the data, re-assign the recorded splits, check them against the record."""
     from ..data import assign_splits, load_logs
+    from ..data.decision_log import FORMAT as DECISION_LOG_FORMAT
 
     record = manifest.data
     paths = list(data) if data else list(record.paths)
@@ -95,6 +96,14 @@ def load_split_log(manifest: Manifest, data: list[str] | None, data_format: str 
     extra = record.model_extra or {}
     log = load_logs(paths, format=fmt, seed=seed, prices=extra.get("prices"),
                     skip_contaminated=bool(extra.get("skip_contaminated", False)))
+    if log.source == DECISION_LOG_FORMAT:
+        # one outcome per request and no held-out split: a test split carved from it would hold
+        # rows the artifact trained on, and every other routing's outcome is unknown there
+        raise ValueError(
+            f"{paths[0]}: a decision log is not full-information test data; estimate the artifact on traffic "
+            "it never trained on with: proteus eval --artifact ARTIFACT --log LATER_DECISION_LOG "
+            "(off-policy, docs/learn-from-traffic.md)"
+        )
     if record.sha256 and record.sha256 not in (log.sha256, log.content_hash()):
         _warn(notes, f"the evaluation data's hash differs from the artifact's manifest.data.sha256 ({record.sha256[:12]}...): "
               "the test split may overlap the rows the artifact was trained on")

@@ -161,3 +161,7 @@ def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
     assert "**Verdict: " in done.stdout and "overlaps" in report["warning"]  # both logs cover the same simulated hours
     done = proteus("eval", "--artifact", base / "from-log", "--baseline-artifact", DEFAULT_ARTIFACT_DIR, "--out", base / "x")
     assert done.returncode != 0 and "--baseline-artifact needs --log" in done.stderr
+    # without --log the evaluation would carve a test split out of the rows the artifact trained on
+    done = proteus("eval", "--artifact", base / "from-log", "--out", base / "y", "--cache-dir", base / "cache")
+    assert done.returncode == 2 and "a decision log is not full-information test data" in done.stderr
+    assert "--log LATER_DECISION_LOG" in done.stderr and "Traceback" not in done.stderr
