@@ -103,11 +103,13 @@ def assert_same_decisions(numpy_decisions, torch_decisions) -> int:
 
 SERVING_IMPORTS = """
 import json, sys
+TRAINING_ONLY = ("pandas", "pyarrow", "scipy", "matplotlib", "tqdm", "proteus_train")  # the [train] extra's
 import litellm_proteus.router_strategy, litellm_proteus.predictor, litellm_proteus.tiers, litellm_proteus.engine
 from litellm_proteus.predictor import Candidate, ProteusPredictor
 predictor = ProteusPredictor(sys.argv[1])
 decision = predictor.decide(["What is 2 + 2?"], [0.8], [[Candidate(0, 1e-4), Candidate(1, 1e-3)]])[0]
 print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,
+                  "training_stack": sorted(m for m in TRAINING_ONLY if m in sys.modules),
                   "runtime": predictor.network.runtime, "model": decision.model}))
 """
 
@@ -119,7 +121,7 @@ def test_serving_a_static_artifact_imports_neither_torch_nor_transformers(artifa
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["runtime"] == "numpy" and result["model"]
-    assert not result["torch"] and not result["transformers"]
+    assert not result["torch"] and not result["transformers"] and result["training_stack"] == []
 
 
 def real_prompts(shared_data) -> list[str]:
