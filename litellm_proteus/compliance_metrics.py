@@ -24,6 +24,8 @@ import time
 from collections import deque
 from typing import Any
 
+from .observability import optional_metrics
+
 WINDOW = 1000
 EXPORT_EVERY_S = 1.0  # per state key, on the request path: a controller snapshot may read Redis
 
@@ -54,17 +56,7 @@ class _Gauges:
         self.dropped = Counter("proteus_decision_log_dropped", "decision log records dropped (writer queue full)")
 
 
-_gauges: _Gauges | None = None
-
-
-def gauges() -> _Gauges | None:
-    global _gauges
-    if _gauges is None:
-        try:
-            _gauges = _Gauges()
-        except (ImportError, ValueError):  # no prometheus_client, or already registered (module reload)
-            return None
-    return _gauges
+gauges = optional_metrics(_Gauges)
 
 
 def _window(state_key: str) -> _Window:

@@ -23,7 +23,10 @@ import logging
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 decision_logger = logging.getLogger("litellm_proteus.decisions")
 
@@ -152,19 +155,24 @@ class _Metrics:
                                ["model_group", "device"])
 
 
-_metrics: _Metrics | None = None
+def optional_metrics(build: Callable[[], T]) -> Callable[[], T | None]:
+    """A getter of one ``build()`` per process, registered on first use; None where metrics cannot
+    exist: no prometheus_client (metrics are optional), or the names are already registered by an
+    earlier copy of the module (reload)."""
+    built: list[T] = []
+
+    def get() -> T | None:
+        if not built:
+            try:
+                built.append(build())
+            except (ImportError, ValueError):
+                return None
+        return built[0]
+
+    return get
 
 
-def metrics() -> _Metrics | None:
-    global _metrics
-    if _metrics is None:
-        try:
-            _metrics = _Metrics()
-        except ImportError:  # prometheus_client missing: metrics are optional
-            return None
-        except ValueError:  # already registered by an earlier copy of this module (reload)
-            return None
-    return _metrics
+metrics = optional_metrics(_Metrics)
 
 
 def record_metrics(record: DecisionRecord) -> None:

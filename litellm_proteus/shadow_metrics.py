@@ -17,6 +17,8 @@ import threading
 from collections import Counter
 from typing import Any
 
+from .observability import optional_metrics
+
 counts: Counter = Counter()
 _lock = threading.Lock()
 
@@ -33,17 +35,7 @@ class _Metrics:
         self.rows = PromCounter("proteus_shadow_rows", "shadow rows written")
 
 
-_metrics: _Metrics | None = None
-
-
-def metrics() -> _Metrics | None:
-    global _metrics
-    if _metrics is None:
-        try:
-            _metrics = _Metrics()
-        except (ImportError, ValueError):  # no prometheus_client, or already registered (module reload)
-            return None
-    return _metrics
+metrics = optional_metrics(_Metrics)
 
 
 def _count(key: str, amount: float = 1) -> None:

@@ -77,6 +77,14 @@ def redis_server():
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def module_redis_server():
+    """One redis-server for a module's proxy fixtures (each proxy start-up costs seconds)."""
+    server = start_redis()
+    yield server
+    server.stop()
+
+
 # -- a steerable artifact ------------------------------------------------------------------------
 # Random weights (``make_artifact``) give a mu that barely moves with tau, so routing-direction tests
 # use hand-set weights instead: the performance head predicts fixed correctness per slot

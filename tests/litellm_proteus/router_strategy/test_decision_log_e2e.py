@@ -15,7 +15,6 @@ from litellm_proteus.cli import main as proteus_cli
 from litellm_proteus.decision_log import iter_records, join_log
 from litellm_proteus.feedback import FEEDBACK_ROUTE, FeedbackError, send_feedback
 
-from ..conftest import start_redis
 from .test_proxy_e2e import LITELLM, Proxy, proxy_config
 
 pytestmark = pytest.mark.e2e
@@ -24,18 +23,11 @@ TIER_TAU = {"premium": 0.9, "standard": 0.85, "economy": 0.7}  # proxy_config's 
 
 
 @pytest.fixture(scope="module")
-def redis_server():
-    server = start_redis()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def logged_proxy(tmp_path_factory, steerable_artifact, redis_server):
+def logged_proxy(tmp_path_factory, steerable_artifact, module_redis_server):
     if LITELLM is None:
         pytest.skip("the litellm console script is not installed")
     workdir = tmp_path_factory.mktemp("logged-proxy")
-    config = proxy_config(steerable_artifact, redis_server.url)
+    config = proxy_config(steerable_artifact, module_redis_server.url)
     config["router_settings"]["routing_strategy_args"]["decision_log"] = {
         "dir": str(workdir / "log"),
         "redis_stream": "proteus:decisions",
@@ -153,8 +145,8 @@ def test_the_compliance_report_reads_the_proxys_log(logged_proxy, tmp_path, caps
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
-def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(logged_proxy, redis_server):
-    redis_server.stop()
+def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(logged_proxy, module_redis_server):
+    module_redis_server.stop()
     call_ids = []
     for i in range(8):
         response = logged_proxy.chat(list(KEYS_BY_TIER.values())[i % 3])

@@ -23,7 +23,7 @@ import yaml
 
 from litellm_proteus.cli import main as proteus_cli
 
-from ..conftest import free_port, start_redis
+from ..conftest import free_port
 
 pytestmark = pytest.mark.e2e
 STARTUP_TIMEOUT_S = 180
@@ -143,18 +143,11 @@ class Proxy:
 
 
 @pytest.fixture(scope="module")
-def redis_server():
-    server = start_redis()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory, steerable_artifact, redis_server):
+def proxy(tmp_path_factory, steerable_artifact, module_redis_server):
     if LITELLM is None:
         pytest.skip("the litellm console script is not installed")
     workdir = tmp_path_factory.mktemp("proxy")
-    proxy = Proxy(workdir, proxy_config(steerable_artifact, redis_server.url))
+    proxy = Proxy(workdir, proxy_config(steerable_artifact, module_redis_server.url))
     proxy.wait_ready()
     yield proxy
     proxy.stop()
@@ -184,8 +177,8 @@ def test_key_and_team_metadata_tiers(proxy):
     assert bob.json()["choices"][0]["message"]["content"] == "served by mixtral"
 
 
-def test_redis_tier_applies_and_a_raised_tau_is_capped(proxy, redis_server):
-    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "sk-carol", "economy"]) == 0
+def test_redis_tier_applies_and_a_raised_tau_is_capped(proxy, module_redis_server):
+    assert proteus_cli(["tiers", "--redis-url", module_redis_server.url, "set", "sk-carol", "economy"]) == 0
     plain = proxy.chat("sk-carol")
     assert (plain.headers["x-proteus-tier"], plain.headers["x-proteus-tau-source"]) == ("economy", "redis")
     assert plain.headers["x-proteus-tau"] == "0.7"
@@ -307,13 +300,13 @@ def test_decision_log_lines_and_prometheus_metrics(proxy):
     assert "proteus_decision_latency_seconds_bucket" in metrics and "proteus_mu_bucket" in metrics
 
 
-def test_master_key_works_as_on_a_stock_proxy(proxy, redis_server):
+def test_master_key_works_as_on_a_stock_proxy(proxy, module_redis_server):
     headers = {"Authorization": f"Bearer {proxy.master_key}"}
     models = httpx.get(proxy.base + "/v1/models", headers=headers, timeout=60)
     assert models.status_code == 200 and "proteus-auto" in {m["id"] for m in models.json()["data"]}
     chat = proxy.chat(proxy.master_key)
     assert chat.status_code == 200 and chat.headers["x-proteus-tier"] == "standard"  # no tier of its own: the default
-    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "litellm_proxy_master_key", "economy"]) == 0
+    assert proteus_cli(["tiers", "--redis-url", module_redis_server.url, "set", "litellm_proxy_master_key", "economy"]) == 0
     assert proxy.chat(proxy.master_key).headers["x-proteus-tier"] == "economy"
     assert httpx.get(proxy.base + "/v1/models", headers={"Authorization": "Bearer sk-wrong"}, timeout=60).status_code == 401
 
@@ -341,10 +334,10 @@ def test_content_nested_900_deep_is_routed_not_a_500(proxy, path, field):
     assert "recursion" not in response.text.lower()
 
 
-def test_redis_stopped_mid_test_keeps_known_keys_tiers(proxy, redis_server):
-    assert proteus_cli(["tiers", "--redis-url", redis_server.url, "set", "sk-carol", "economy"]) == 0
+def test_redis_stopped_mid_test_keeps_known_keys_tiers(proxy, module_redis_server):
+    assert proteus_cli(["tiers", "--redis-url", module_redis_server.url, "set", "sk-carol", "economy"]) == 0
     assert proxy.chat("sk-carol").headers["x-proteus-tau-source"] == "redis"
-    redis_server.stop()
+    module_redis_server.stop()
     known = proxy.chat("sk-carol")  # its last tier read from Redis
     assert known.status_code == 200
     assert (known.headers["x-proteus-tier"], known.headers["x-proteus-tau-source"]) == ("economy", "redis")

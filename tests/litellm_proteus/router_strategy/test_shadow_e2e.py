@@ -105,16 +105,7 @@ def upstream():
 
 
 @pytest.fixture(scope="module")
-def redis_server():
-    from ..conftest import start_redis
-
-    server = start_redis()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def shadow_proxy(tmp_path_factory, steerable_artifact, redis_server, upstream):
+def shadow_proxy(tmp_path_factory, steerable_artifact, module_redis_server, upstream):
     if LITELLM is None:
         pytest.skip("the litellm console script is not installed")
     workdir = tmp_path_factory.mktemp("shadow-proxy")
@@ -125,7 +116,7 @@ def shadow_proxy(tmp_path_factory, steerable_artifact, redis_server, upstream):
     models.append({"model_name": "judge", "litellm_params": {
         "model": "openai/judge", "api_base": upstream.base("judge"), "api_key": "none",
         "input_cost_per_token": JUDGE_PRICE, "output_cost_per_token": JUDGE_PRICE}})
-    config = proxy_config(steerable_artifact, redis_server.url, model_list=models)
+    config = proxy_config(steerable_artifact, module_redis_server.url, model_list=models)
     args = config["router_settings"]["routing_strategy_args"]
     args["decision_log"] = {"dir": str(workdir / "log"), "log_prompts": True}
     args["shadow"] = {"rate": 1.0, "tiers": {"economy": 0.0}, "candidates": 1, "judge_model": "judge",
@@ -239,8 +230,8 @@ def test_a_hanging_shadow_upstream_does_not_delay_the_client(shadow_proxy, upstr
     print(f"client latency with a blocked shadow call: {seconds:.3f} s")
 
 
-def test_after_the_daily_budget_is_spent_no_shadow_call_happens(shadow_proxy, upstream, redis_server):
-    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+def test_after_the_daily_budget_is_spent_no_shadow_call_happens(shadow_proxy, upstream, module_redis_server):
+    client = redis.Redis.from_url(module_redis_server.url, decode_responses=True)
     key = f"proteus:shadow:spend:{utc_day()}"
     spent = lambda: float(client.get(key) or 0.0)  # noqa: E731
     # so far: 4 answered shadow calls, 1 failed one (no cost), 9 judge calls
