@@ -86,6 +86,20 @@ class BanditRows:
         exact = np.nan_to_num(self.scores[rows, choice], nan=q[rows, choice])  # full-information rows
         return np.where(bandit, terms, exact), match
 
+    def head_free_terms(self, choice: np.ndarray) -> np.ndarray:
+        """Per row, a value whose mean is at most the policy's accuracy in expectation, whatever the
+        head predicts: a bandit row whose logged slot is the choice gives its clipped IPS term
+        min(1 / pi, clip) * y (clipping only ever lowers the weight), every other bandit row 0 (the
+        choice is counted as failed), a full-information row its score of the choice (0 if unscored).
+        It is tight where the policy agrees with the log or the log explored its choices, and falls
+        to the worst case where the log never observed them."""
+        rows = np.arange(len(choice))
+        bandit = self.logged_choice >= 0
+        label = np.nan_to_num(self.scores[rows, np.where(bandit, self.logged_choice, 0)])
+        weight = np.minimum(1.0 / np.where(bandit, self.propensity, 1.0), self.clip)
+        observed = np.nan_to_num(self.scores[rows, choice])  # full-information rows
+        return np.where(bandit, np.where(choice == self.logged_choice, weight * label, 0.0), observed)
+
     def observed_scores(self, choice: np.ndarray) -> np.ndarray:
         """The full-information rows' scores of the policy's choice, where that slot was scored: an
         unbiased sample of the policy's accuracy without the head (shadow rows are drawn at random,

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from proteus_train.heads import ips_weights, masked_bce
-from proteus_train.off_policy import BanditRows, OffPolicySupportWarning, Support, tau_intervals
+from proteus_train.off_policy import BanditRows, OffPolicySupportWarning, Support, lower_bound, tau_intervals
+from proteus_train.off_policy_calibration import UnsupportedLogError, refuse_unless_supported
 
 
 def synthetic(n=20_000, k=3, seed=0, explore=True):
@@ -61,6 +62,35 @@ def test_observed_scores_are_the_full_information_rows_that_scored_the_choice():
     rows = BanditRows(scores, np.array([0, -1, -1]), np.array([1.0, np.nan, np.nan]))
     assert rows.observed_scores(np.array([0, 0, 0])).tolist() == [0.0, 1.0]  # bandit row 0 is not one
     assert rows.observed_scores(np.array([1, 1, 1])).tolist() == [1.0]  # row 2 did not score slot 1
+
+
+def test_head_free_terms_count_unobserved_choices_as_failed_and_weigh_explored_ones():
+    # rows: logged slot 0 (pi 0.9, right), logged slot 1 explored (pi 0.1, right), logged 0 (wrong),
+    # a shadow row that scored slot 1 right and slot 0 wrong
+    scores = np.array([[1.0, np.nan], [np.nan, 1.0], [0.0, np.nan], [0.0, 1.0]])
+    rows = BanditRows(scores, np.array([0, 1, 0, -1]), np.array([0.9, 0.1, 0.9, np.nan]), clip=5.0)
+    assert rows.head_free_terms(np.array([1, 1, 1, 1])).tolist() == [0.0, 5.0, 0.0, 1.0]  # 1 / 0.1 clipped at 5
+    assert np.allclose(rows.head_free_terms(np.array([0, 0, 0, 0])), [1 / 0.9, 0.0, 0.0, 0.0])
+
+
+def test_head_free_bound_stays_under_the_truth_where_the_head_flatters_the_policy():
+    truth, rows, rng = synthetic(n=4_000, explore=False)  # the log only ever observed slot 0
+    target = np.where(rng.random(len(truth)) < 0.5, 0, 2)  # half the rows leave the logged choice
+    q = np.clip(truth + 0.3, 0, 1)  # a head 30 pp too optimistic
+    true_value = truth[np.arange(len(truth)), target].mean()
+    assert rows.estimate(target, q).ci_low > true_value  # DR rests on the head where it left the log
+    assert lower_bound(rows.head_free_terms(target), 1.645) < true_value
+
+
+def test_a_log_that_reaches_no_tau_is_refused_with_what_it_lacks():
+    rows = BanditRows(np.array([[1.0, np.nan], [0.0, np.nan]]), np.array([0, 0]), np.array([1.0, 1.0]))
+    taus = np.array([0.80, 0.81, 0.82])
+    refuse_unless_supported(np.array([0.9, 0.86, 0.85]), taus, 0.01, rows, [], 0.1)  # 0.85 >= 0.80 + 0.01: fine
+    with pytest.warns(OffPolicySupportWarning, match="no exploration"):
+        with pytest.raises(UnsupportedLogError, match=r"best lower bound on accuracy is 0\.7800.*0\.8000 \+ margin 0\.0100"
+                           r".*2 labelled decisions and 0 shadow rows; never labelled: \['b'\]; no exploration"):
+            # 0.95 at the lowest tau does not count: calibrate reads a point by its higher taus too
+            refuse_unless_supported(np.array([0.95, 0.79, 0.78]), taus, 0.01, rows, ["b"], 0.0)
 
 
 def test_support_warning_names_models_and_tau_ranges():

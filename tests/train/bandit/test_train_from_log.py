@@ -19,10 +19,11 @@ SLOTS = read_manifest(DEFAULT_ARTIFACT_DIR).models  # the logging router is the 
 TEMPLATES = ["What is {a} plus {b}?", "Write a haiku about {a} cats.", "Sort the list {a}, {b}, 3 in Python."]
 
 
-def write_wide_log(path, n=240, seed=0):
-    """A full-information log over the bundled artifact's slots (accuracy 0.5-0.95, costs 1e-5-1e-2)."""
+def write_wide_log(path, n=240, seed=0, accuracy=(0.85, 0.99)):
+    """A full-information log over the bundled artifact's slots (accuracy from the cheapest slot to the
+    dearest, costs 1e-5-1e-2)."""
     rng = np.random.default_rng(seed)
-    accuracy, cost = np.linspace(0.5, 0.95, len(SLOTS)), np.geomspace(1e-5, 1e-2, len(SLOTS))
+    accuracy, cost = np.linspace(*accuracy, len(SLOTS)), np.geomspace(1e-5, 1e-2, len(SLOTS))
     rows = []
     for i in range(n):
         row = {"sample_id": f"s{i}", "prompt": TEMPLATES[i % 3].format(a=int(rng.integers(2, 99)), b=int(rng.integers(2, 99)))}
@@ -100,11 +101,16 @@ def test_train_from_the_decision_log_with_init_records_provenance_and_support(lo
     assert "dropped" in done.stderr  # unlabelled requests are counted, not silently used
 
 
-def test_without_exploration_the_trainer_warns_about_missing_support(logged):
+def test_without_exploration_the_trainer_warns_and_promises_nothing_the_log_cannot_vouch_for(logged):
     base, _ = logged
-    done = train_process(base / "greedy", base / "greedy-art", "--init", DEFAULT_ARTIFACT_DIR)
+    out = base / "greedy-art"
+    done = proteus("train", "--data", base / "greedy", "--out", out, *TINY, "--cache-dir", base / "cache", "--quiet",
+                   "--init", DEFAULT_ARTIFACT_DIR)
     assert "OffPolicySupportWarning" in done.stderr and "no exploration" in done.stderr
-    assert read_manifest(base / "greedy-art").data.model_dump()["off_policy"]["explored_share"] == 0.0
+    # the retrained policy leaves the logged choices, and the log saw nothing else: no tau to promise
+    assert done.returncode == 2 and "error: the decision log vouches for no operating point" in done.stderr
+    assert "(no operating point is supported)" in done.stderr and "No artifact was written" in done.stderr
+    assert "Traceback" not in done.stderr and not (out / "manifest.json").exists()
 
 
 def test_shadow_rows_load_as_full_information_rows_beside_the_decisions(logged):
