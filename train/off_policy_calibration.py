@@ -46,9 +46,7 @@ MAX_UNSUPPORTED_SHARE = 0.05  # share of rows routed to never-labelled slots abo
 def supported(estimate: Estimate) -> bool:
     """Whether the log can vouch for an operating point.  The logging router was (nearly)
     deterministic, so where the new policy disagrees with it the logged propensity of the new choice
-    is ~0 and the DR term is the head's prediction alone: measured on a simulated RouterBench-partial
-    log, such points read up to 0.94 off-policy and at most 0.856 on the test split
-    (docs/learn-from-traffic.md)."""
+    is ~0 and the DR term is the head's prediction alone (docs/learn-from-traffic.md)."""
     return (estimate.n_matched >= MIN_MATCHED and estimate.n_matched >= MIN_MATCHED_SHARE * estimate.n_rows
             and estimate.unsupported_share <= MAX_UNSUPPORTED_SHARE)
 
@@ -113,7 +111,8 @@ def off_policy_calibration(
     unlabelled = [m for m, labelled in zip(models, rows.labelled_slots) if not labelled]
     bandit = rows.logged_choice >= 0
     explored_share = float(np.mean(rows.propensity[bandit] < 1)) if bandit.any() else 0.0
-    refuse_unless_supported(lower_arr, policy_taus, config.calibration_margin, rows, unlabelled, explored_share)
+    refuse_unless_supported(np.asarray(lower), ok, estimates, policy_taus, config.calibration_margin, rows, unlabelled,
+                            explored_share)
     frontier_costs = cost_arr if config.mix_operating_points else None
     calibration, declared = calibrate(policy_taus, lower_arr, config.calibration_margin, config.calibration_step,
                                       frontier_costs)
@@ -126,20 +125,22 @@ def off_policy_calibration(
     return OffPolicyCalibration(calibration, declared, curve, lower_arr, points_out, support)
 
 
-def refuse_unless_supported(lower: np.ndarray, policy_taus: np.ndarray, margin: float, rows: BanditRows,
-                            unlabelled: list[str], explored_share: float) -> None:
-    """Raise ``UnsupportedLogError`` (after the support warning) when no operating point's bound, as
-    ``calibrate`` reads it (the least over the point and every higher policy tau), reaches the bottom
-    of the tau range + margin."""
-    conservative = np.minimum.accumulate(lower[::-1])[::-1]
-    best = float(conservative.max()) if conservative.size else -np.inf
-    if best >= float(policy_taus[0]) + margin:
+def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[Estimate], policy_taus: np.ndarray,
+                            margin: float, rows: BanditRows, unlabelled: list[str], explored_share: float) -> None:
+    """Raise ``UnsupportedLogError`` (after the support warning) when no supported operating point's
+    bound, as ``calibrate`` reads it (the least over the point and every higher policy tau), reaches
+    the bottom of the tau range + margin.  The message names the best point's bound beside its DR
+    estimate: how far the head's optimism would have carried the promise."""
+    envelope = lambda bounds: np.minimum.accumulate(bounds[::-1])[::-1]  # noqa: E731
+    if envelope(np.where(ok, lower, -np.inf)).max(initial=-np.inf) >= float(policy_taus[0]) + margin:
         return
     Support(unlabelled, [], MIN_MATCHED, MAX_UNSUPPORTED_SHARE, explored_share).warn()
-    n_full = int((rows.logged_choice < 0).sum())
+    best = int(np.argmax(envelope(lower)))
+    point, n_full = estimates[best], int((rows.logged_choice < 0).sum())
     raise UnsupportedLogError(
-        f"the decision log vouches for no operating point: the best lower bound on accuracy is {best:.4f}"
-        + (" (no operating point is supported)" if not np.isfinite(best) else "")
+        f"the decision log vouches for no operating point: the best lower bound on accuracy is "
+        f"{envelope(lower)[best]:.4f} (its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows "
+        f"observe its choices)" + ("" if ok.any() else ", and no operating point is supported")
         + f", under the bottom of the tau range {float(policy_taus[0]):.4f} + margin {margin:.4f}, from "
         f"{len(rows.logged_choice) - n_full} labelled decisions and {n_full} shadow rows"
         + (f"; never labelled: {unlabelled}" if unlabelled else "")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from proteus_train.heads import ips_weights, masked_bce
-from proteus_train.off_policy import BanditRows, OffPolicySupportWarning, Support, lower_bound, tau_intervals
+from proteus_train.off_policy import BanditRows, Estimate, OffPolicySupportWarning, Support, lower_bound, tau_intervals
 from proteus_train.off_policy_calibration import UnsupportedLogError, refuse_unless_supported
 
 
@@ -85,12 +85,18 @@ def test_head_free_bound_stays_under_the_truth_where_the_head_flatters_the_polic
 def test_a_log_that_reaches_no_tau_is_refused_with_what_it_lacks():
     rows = BanditRows(np.array([[1.0, np.nan], [0.0, np.nan]]), np.array([0, 0]), np.array([1.0, 1.0]))
     taus = np.array([0.80, 0.81, 0.82])
-    refuse_unless_supported(np.array([0.9, 0.86, 0.85]), taus, 0.01, rows, [], 0.1)  # 0.85 >= 0.80 + 0.01: fine
+    points = [Estimate(dr, dr - 0.01, dr + 0.01, dr, 100, 60, 0.0) for dr in (0.97, 0.93, 0.9)]
+    supported = np.array([True, True, True])
+    refuse_unless_supported(np.array([0.9, 0.86, 0.85]), supported, points, taus, 0.01, rows, [], 0.1)  # 0.85 >= 0.81
+    # 0.95 at the lowest tau does not count: calibrate reads a point by its higher taus too
+    low = np.array([0.95, 0.79, 0.78])
     with pytest.warns(OffPolicySupportWarning, match="no exploration"):
-        with pytest.raises(UnsupportedLogError, match=r"best lower bound on accuracy is 0\.7800.*0\.8000 \+ margin 0\.0100"
-                           r".*2 labelled decisions and 0 shadow rows; never labelled: \['b'\]; no exploration"):
-            # 0.95 at the lowest tau does not count: calibrate reads a point by its higher taus too
-            refuse_unless_supported(np.array([0.95, 0.79, 0.78]), taus, 0.01, rows, ["b"], 0.0)
+        with pytest.raises(UnsupportedLogError, match=r"best lower bound on accuracy is 0\.7800 \(its DR estimate 0\.9700; "
+                           r"60 of 100 labelled rows observe its choices\), under the bottom of the tau range 0\.8000 "
+                           r"\+ margin 0\.0100, from 2 labelled decisions and 0 shadow rows; never labelled: \['b'\]; no exploration"):
+            refuse_unless_supported(low, supported, points, taus, 0.01, rows, ["b"], 0.0)
+    with pytest.warns(OffPolicySupportWarning), pytest.raises(UnsupportedLogError, match="and no operating point is supported"):
+        refuse_unless_supported(np.array([0.95, 0.94, 0.93]), ~supported, points, taus, 0.01, rows, ["b"], 0.0)
 
 
 def test_support_warning_names_models_and_tau_ranges():

@@ -109,7 +109,7 @@ def test_without_exploration_the_trainer_warns_and_promises_nothing_the_log_cann
     assert "OffPolicySupportWarning" in done.stderr and "no exploration" in done.stderr
     # the retrained policy leaves the logged choices, and the log saw nothing else: no tau to promise
     assert done.returncode == 2 and "error: the decision log vouches for no operating point" in done.stderr
-    assert "(no operating point is supported)" in done.stderr and "No artifact was written" in done.stderr
+    assert "and no operating point is supported" in done.stderr and "No artifact was written" in done.stderr
     assert "Traceback" not in done.stderr and not (out / "manifest.json").exists()
 
 
