@@ -120,6 +120,16 @@ def accuracy_curve(
     return OperatingCurve(np.asarray(accs), mus, np.asarray(costs))
 
 
+def monotone_envelope(accuracies: np.ndarray) -> np.ndarray:
+    """acc_c(t) = min over t' >= t of acc(t'): a policy tau counts as reaching only what every higher
+    tau reaches too.  -inf marks a point with no estimate (an off-policy point the log cannot vouch
+    for): it never meets a tau and does not pull the points below it down."""
+    acc = np.asarray(accuracies, dtype=np.float64)
+    unknown = np.isneginf(acc)
+    envelope = np.minimum.accumulate(np.where(unknown, np.inf, acc)[::-1])[::-1]
+    return np.where(unknown, -np.inf, envelope)
+
+
 def cost_frontier(costs: np.ndarray, accuracies: np.ndarray) -> list[int]:
     """Indices of the points on the upper concave hull of (cost, accuracy), cheapest first, with
     strictly increasing accuracy.  Routing a share of queries at each of two adjacent hull points
@@ -173,14 +183,14 @@ def calibrate(
     extra = list(extra or [])
     if extra and costs_usd is None:
         raise ValueError("calibrate: extra operating points need the policy curve's costs_usd")
-    conservative = np.minimum.accumulate(accuracies[::-1])[::-1]
+    conservative = monotone_envelope(accuracies)
     for point in extra:
         if point.rule.kind != "policy":
             ok = np.nonzero(conservative >= point.accuracy)[0]
             at = ok[np.argmin(np.asarray(costs_usd)[ok])] if ok.size else len(policy_taus) - 1
             point.policy_tau = float(policy_taus[at])
     lo = float(policy_taus[0])
-    top = max([float(conservative[-1])] + [p.accuracy for p in extra]) - margin
+    top = max([float(conservative.max())] + [p.accuracy for p in extra]) - margin
     hi = max(top, lo + step)
     requested = np.round(np.arange(lo, hi + 1e-9, step), 6)
     mapped, mapped_points, from_extra = [], [], False
@@ -203,7 +213,8 @@ def calibrate(
     if costs_usd is not None:
         all_cost = np.concatenate([np.asarray(costs_usd, dtype=np.float64), [p.cost_usd for p in extra]])
         if frontier:
-            hull = cost_frontier(all_cost, all_acc)
+            known = np.flatnonzero(np.isfinite(all_acc))
+            hull = [int(known[i]) for i in cost_frontier(all_cost[known], all_acc[known])]
     any_rule = lambda points: any(p.kind != "policy" for p in points)  # noqa: E731
     frontier_rules = [all_rule[i] for i in hull]
     table = TauCalibration(

@@ -67,6 +67,10 @@ class BanditRows:
         self.propensity = np.asarray(self.propensity, dtype=np.float64)
         k = self.scores.shape[1]
         bandit = self.logged_choice >= 0
+        bad = bandit & ~((self.propensity > 0) & (self.propensity <= 1))
+        if bad.any():
+            raise ValueError(f"propensity must be in (0, 1] on every logged decision; {int(bad.sum())} rows are not "
+                             f"(first: {self.propensity[bad][0]!r})")
         self.labelled_slots = np.zeros(k, dtype=bool)
         self.labelled_slots[np.unique(self.logged_choice[bandit])] = True
         full = ~bandit
@@ -87,12 +91,13 @@ class BanditRows:
         return np.where(bandit, terms, exact), match
 
     def head_free_terms(self, choice: np.ndarray) -> np.ndarray:
-        """Per row, a value whose mean is at most the policy's accuracy in expectation, whatever the
-        head predicts: a bandit row whose logged slot is the choice gives its clipped IPS term
-        min(1 / pi, clip) * y (clipping only ever lowers the weight), every other bandit row 0 (the
-        choice is counted as failed), a full-information row its score of the choice (0 if unscored).
-        It is tight where the policy agrees with the log or the log explored its choices, and falls
-        to the worst case where the log never observed them."""
+        """Per row, a value that does not use the head: a bandit row whose logged slot is the choice
+        gives its clipped IPS term min(1 / pi, clip) * y, every other bandit row 0 (the choice counted
+        as failed), a full-information row its score of the choice (0 if unscored).  For scores in
+        [0, 1], logged propensities that are not understated, and a choice not fitted to the row's own
+        label, the mean is at most the policy's accuracy in expectation (clipping only lowers a
+        weight): tight where the policy agrees with the log or the log explored its choices, the worst
+        case where it did neither."""
         rows = np.arange(len(choice))
         bandit = self.logged_choice >= 0
         label = np.nan_to_num(self.scores[rows, np.where(bandit, self.logged_choice, 0)])

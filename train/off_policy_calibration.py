@@ -9,18 +9,19 @@ candidate's cost is logged), so the cost curve needs no estimate.
 
 The DR estimate leans on the performance head wherever the new policy chooses what the log never
 observed, and a head fitted on few labels flatters exactly the choices a policy trained on it
-prefers.  So each point's lower bound is also capped by a bound that does not use the head:
+prefers.  So each point's bound is also capped by bounds that do not use the head:
 
-- with full-information rows among them (shadow rows), the bound of those rows' own scores of the
-  point's choices (shadow rows are drawn at random, so they measure the policy without the head);
-- without them, the head-free bound: clipped IPS, which counts a choice the log never observed as
-  failed (``BanditRows.head_free_terms``): tight where the policy agrees with the logged choices or
-  the log explored them, the worst case where it did neither.
+- the head-free bound: clipped IPS over the bandit rows, a choice the log never observed counted
+  as failed, and the full-information rows' own scores (``BanditRows.head_free_terms``);
+- with full-information rows (shadow rows, drawn at random), the bound of their scores alone, an
+  unbiased sample of the policy; the tighter of the two holds, so it is the one that caps;
+- each no higher than its mean over the validation rows: the policy was trained on the training
+  rows' labels, so on those rows it keeps the logged choice where it was right and leaves it where
+  it was wrong (the full-information calibration caps its pooled curve by validation the same way).
 
-Measured on simulated logs (docs/learn-from-traffic.md): with the DR bound alone, artifacts trained
-from 5 % labels declared taus up to 0.89 whose test accuracy was 0.68-0.79.  When no operating
-point's bound reaches the bottom of the tau range, nothing can be promised from the log: training
-stops with ``UnsupportedLogError`` (exit 2) instead of writing an artifact that claims a tau.
+When no supported point's bound reaches the bottom of the tau range + margin, nothing can be
+promised from the log: training stops with ``UnsupportedLogError`` (exit 2) instead of writing an
+artifact that claims a tau.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from litellm_proteus.artifact import TauCalibration
 from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.model import ProteusModel
 
-from .calibration import OperatingCurve, calibrate, policy_choices
+from .calibration import OperatingCurve, calibrate, monotone_envelope, policy_choices
 from .config import TrainConfig
 from .off_policy import BanditRows, Estimate, Support, lower_bound, tau_intervals
 
@@ -76,9 +77,10 @@ def off_policy_calibration(
     tau_range: tuple[float, float],
     models: list[str],
     config: TrainConfig,
+    n_val: int,
 ) -> OffPolicyCalibration:
-    """``emb`` / ``p`` / ``rows`` / ``costs_usd``: the calibration rows (validation with the head's
-    predictions, training rows with out-of-fold predictions)."""
+    """``emb`` / ``p`` / ``rows`` / ``costs_usd``: the calibration rows, the first ``n_val`` of them
+    validation rows (with the head's predictions), the rest training rows (out-of-fold predictions)."""
     choices, mus = policy_choices(model, emb, costs_usd, normalizer, policy_taus, tau_range, p)
     q = p.cpu().numpy().astype(np.float64)
     index = np.arange(len(q))
@@ -90,23 +92,12 @@ def off_policy_calibration(
         terms, _ = rows.dr_terms(choice, q)
         estimates.append(est)
         points.append(est.dr)
-        bound = lower_bound(terms, config.calibration_z)
-        if full_rows:  # a bandit log with shadow rows: they must agree (fewer than 2 scored: -inf)
-            observed = rows.observed_scores(choice)
-            full_bound = lower_bound(observed, config.calibration_z)
-            bound = min(bound, full_bound)
-            checks.append({"full_information_rows": int(observed.size),
-                           "full_information_mean": round(float(observed.mean()), 5) if observed.size else None,
-                           "full_information_lower": round(full_bound, 5) if np.isfinite(full_bound) else None})
-        else:  # bandit rows alone: clipped IPS, a choice the log never observed counted as failed
-            head_free = lower_bound(rows.head_free_terms(choice), config.calibration_z)
-            bound = min(bound, head_free)
-            checks.append({"head_free_lower": round(head_free, 5) if np.isfinite(head_free) else None})
+        bound, check = point_bound(rows, choice, terms, n_val, config.calibration_z, full_rows)
+        checks.append(check)
         lower.append(bound)
         costs.append(float(costs_usd[index, choice].mean()))
     ok = np.array([supported(e) for e in estimates])
-    # an operating point the log cannot vouch for never meets a tau (the table skips it; with none
-    # supported every tau maps to the top operating point)
+    # an operating point the log cannot vouch for never meets a tau (-inf: the table skips it)
     lower_arr, cost_arr = np.where(ok, np.asarray(lower), -np.inf), np.asarray(costs)
     unlabelled = [m for m, labelled in zip(models, rows.labelled_slots) if not labelled]
     bandit = rows.logged_choice >= 0
@@ -125,23 +116,54 @@ def off_policy_calibration(
     return OffPolicyCalibration(calibration, declared, curve, lower_arr, points_out, support)
 
 
+def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_val: int, z: float,
+                full_rows: bool) -> tuple[float, dict]:
+    """One operating point's lower bound on accuracy (the least of those in the module docstring;
+    -inf where any is undefined) and its parts for the manifest's ``off_policy_curve``."""
+    def capped(values: np.ndarray, val_values: np.ndarray) -> float:
+        # fewer than 2 values (overall or on validation): no bound
+        if len(val_values) < 2:
+            return -np.inf
+        return min(lower_bound(values, z), float(val_values.mean()))
+
+    head_free = rows.head_free_terms(choice)
+    parts = {"head_free_lower": capped(head_free, head_free[:n_val])}
+    if full_rows:
+        full = rows.logged_choice < 0
+        scored = full & np.isfinite(rows.scores[np.arange(len(choice)), choice])
+        observed = rows.scores[np.arange(len(choice)), choice]
+        parts["full_information_lower"] = capped(observed[scored], observed[:n_val][scored[:n_val]])
+        parts["full_information_rows"] = int(scored.sum())
+    # both head-free bounds hold; with shadow rows the tighter of the two caps the DR bound
+    head_free_bound = max(parts["head_free_lower"], parts.get("full_information_lower", -np.inf))
+    bound = min(-np.inf if np.isnan(b) else b for b in (lower_bound(dr_terms, z), head_free_bound))
+    check = {k: (round(float(v), 5) if np.isfinite(v) else None) if isinstance(v, float) else v for k, v in parts.items()}
+    return bound, check
+
+
 def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[Estimate], policy_taus: np.ndarray,
                             margin: float, rows: BanditRows, unlabelled: list[str], explored_share: float) -> None:
     """Raise ``UnsupportedLogError`` (after the support warning) when no supported operating point's
-    bound, as ``calibrate`` reads it (the least over the point and every higher policy tau), reaches
-    the bottom of the tau range + margin.  The message names the best point's bound beside its DR
-    estimate: how far the head's optimism would have carried the promise."""
-    envelope = lambda bounds: np.minimum.accumulate(bounds[::-1])[::-1]  # noqa: E731
-    if envelope(np.where(ok, lower, -np.inf)).max(initial=-np.inf) >= float(policy_taus[0]) + margin:
+    bound, as ``calibrate`` reads it (``monotone_envelope``), reaches the bottom of the tau range +
+    margin.  The message names the best point's bound beside its DR estimate: how far the head's
+    optimism would have carried the promise."""
+    supported_envelope = monotone_envelope(np.where(ok, lower, -np.inf))
+    if supported_envelope.max(initial=-np.inf) >= float(policy_taus[0]) + margin:
         return
     Support(unlabelled, [], MIN_MATCHED, MAX_UNSUPPORTED_SHARE, explored_share).warn()
-    best = int(np.argmax(envelope(lower)))
+    if np.isfinite(supported_envelope).any():
+        best = int(np.argmax(supported_envelope))
+        reading, note = supported_envelope[best], ""
+    else:  # nothing supported: name the best point all the same
+        envelope = monotone_envelope(np.where(np.isnan(lower), -np.inf, lower))
+        best = int(np.argmax(envelope))
+        reading, note = envelope[best], ", and no operating point is supported"
     point, n_full = estimates[best], int((rows.logged_choice < 0).sum())
+    bound_text = f"{reading:.4f}" if np.isfinite(reading) else "undefined (fewer than 2 validation rows)"
     raise UnsupportedLogError(
-        f"the decision log vouches for no operating point: the best lower bound on accuracy is "
-        f"{envelope(lower)[best]:.4f} (its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows "
-        f"observe its choices)" + ("" if ok.any() else ", and no operating point is supported")
-        + f", under the bottom of the tau range {float(policy_taus[0]):.4f} + margin {margin:.4f}, from "
+        f"the decision log vouches for no operating point: the best lower bound on accuracy is {bound_text} "
+        f"(its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows observe its choices){note}"
+        f", under the bottom of the tau range {float(policy_taus[0]):.4f} + margin {margin:.4f}, from "
         f"{len(rows.logged_choice) - n_full} labelled decisions and {n_full} shadow rows"
         + (f"; never labelled: {unlabelled}" if unlabelled else "")
         + ("; no exploration" if explored_share == 0 else "")

@@ -293,7 +293,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
             model, emb_t[calib_idx], torch.cat([torch.as_tensor(cal_val_p, device=device), cal_p_oof]),
             BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
                        clip=config.propensity_clip),
-            costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config,
+            costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config, n_val=len(cal_val),
         )
         calibration, declared = off_policy.calibration, off_policy.declared
         calibration_acc, pooled = off_policy.lower, off_policy.curve

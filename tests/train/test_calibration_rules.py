@@ -9,7 +9,9 @@ from litellm_proteus.artifact import TauCalibration
 from litellm_proteus.operating_points import POLICY, OperatingPoint
 from litellm_proteus.predictor import Candidate, ProteusPredictor
 from litellm_proteus.artifact import load_artifact
-from proteus_train.calibration import CalibrationRows, CandidatePoint, calibrate, cluster_ladders, kmeans, rule_points
+from proteus_train.calibration import (
+    CalibrationRows, CandidatePoint, calibrate, cluster_ladders, kmeans, monotone_envelope, rule_points,
+)
 from proteus_train.routing import route_log
 
 SLOT0 = OperatingPoint(kind="slot", slot=0)
@@ -41,6 +43,18 @@ def test_without_useful_rules_the_table_is_the_policy_grid():
     assert dominated.model_dump(exclude={"requested_point", "frontier_point"}) == plain.model_dump(
         exclude={"requested_point", "frontier_point"}
     )
+
+
+def test_a_point_without_an_estimate_neither_meets_a_tau_nor_pulls_the_points_below_it_down():
+    acc = np.array([0.83, 0.85, 0.87, -np.inf, 0.90])
+    assert monotone_envelope(acc).tolist() == [0.83, 0.85, 0.87, -np.inf, 0.90]
+    assert monotone_envelope(np.array([0.86, 0.85, 0.90])).tolist() == [0.85, 0.85, 0.90]  # higher taus bound a point
+    taus = np.array([0.80, 0.81, 0.82, 0.83, 0.84])
+    table, declared = calibrate(taus, acc, 0.01, 0.01, costs_usd=np.array([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert declared == (0.8, 0.89)
+    assert dict(zip(table.requested, table.policy_tau))[0.85] == 0.82  # 0.87 >= 0.85 + 0.01, the -inf point skipped
+    assert dict(zip(table.requested, table.policy_tau))[0.87] == 0.84
+    assert 0.83 not in table.frontier_policy_tau  # nor is it on the cost frontier
 
 
 def test_cluster_ladders_find_the_task_structure():

@@ -8,7 +8,7 @@ import torch
 
 from proteus_train.heads import ips_weights, masked_bce
 from proteus_train.off_policy import BanditRows, Estimate, OffPolicySupportWarning, Support, lower_bound, tau_intervals
-from proteus_train.off_policy_calibration import UnsupportedLogError, refuse_unless_supported
+from proteus_train.off_policy_calibration import UnsupportedLogError, point_bound, refuse_unless_supported
 
 
 def synthetic(n=20_000, k=3, seed=0, explore=True):
@@ -79,24 +79,67 @@ def test_head_free_bound_stays_under_the_truth_where_the_head_flatters_the_polic
     q = np.clip(truth + 0.3, 0, 1)  # a head 30 pp too optimistic
     true_value = truth[np.arange(len(truth)), target].mean()
     assert rows.estimate(target, q).ci_low > true_value  # DR rests on the head where it left the log
+    observed_part = truth[np.arange(len(truth)), 0][target == 0].sum() / len(truth)
+    assert abs(rows.head_free_terms(target).mean() - observed_part) < 0.02  # what it left counts as failed
     assert lower_bound(rows.head_free_terms(target), 1.645) < true_value
+
+
+def test_head_free_terms_are_unbiased_where_the_log_explored_and_low_where_the_clip_binds():
+    truth, rows, rng = synthetic(n=40_000)  # logged with propensities 0.8 / 0.1 / 0.1
+    target = rng.integers(0, 3, len(truth))
+    true_value = truth[np.arange(len(truth)), target].mean()
+    assert abs(rows.head_free_terms(target).mean() - true_value) < 0.015  # weights 1.25 and 10 < clip 20
+    rows.clip = 2.0  # slots 1 and 2 weigh 2 instead of 10: a fifth of their share
+    assert rows.head_free_terms(target).mean() < true_value - 0.1
+
+
+def test_a_point_is_bounded_by_its_validation_rows_where_training_rows_flatter_it():
+    # 10 validation rows where the policy's choice was right 3 times, 90 training rows where the
+    # policy (trained on their labels) kept exactly the right logged choices
+    scores = np.full((100, 2), np.nan)
+    scores[:, 0] = np.r_[np.ones(3), np.zeros(7), np.ones(90)]
+    rows = BanditRows(scores, np.zeros(100, dtype=int), np.ones(100))
+    choice = np.zeros(100, dtype=int)
+    dr = np.r_[scores[:10, 0], np.ones(90)]
+    bound, check = point_bound(rows, choice, dr, n_val=10, z=1.645, full_rows=False)
+    assert bound == pytest.approx(0.3) and check["head_free_lower"] == pytest.approx(0.3)
+    assert point_bound(rows, choice, dr, n_val=1, z=1.645, full_rows=False)[0] == -np.inf  # too few to vouch
+    # with shadow rows their own scores bound it too, capped by the validation shadow rows
+    full = np.array([[0.0, 1.0]] * 4 + [[1.0, 1.0]] * 6)
+    mixed = BanditRows(np.r_[full, scores[10:]], np.r_[np.full(10, -1), np.zeros(90, dtype=int)],
+                       np.r_[np.full(10, np.nan), np.ones(90)])
+    bound, check = point_bound(mixed, choice, np.ones(100), n_val=10, z=1.645, full_rows=True)
+    expected = min(lower_bound(full[:, 0], 1.645), 0.6)  # pooled bound, capped by the validation shadow rows' mean
+    assert check["full_information_rows"] == 10 and check["full_information_lower"] == pytest.approx(expected, abs=1e-5)
+    assert bound == pytest.approx(max(expected, check["head_free_lower"]), abs=1e-5)  # the tighter head-free bound
+
+
+def test_propensities_outside_zero_one_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"propensity must be in \(0, 1\].*1 rows"):
+        BanditRows(np.array([[1.0, np.nan], [0.0, np.nan]]), np.array([0, 0]), np.array([1.0, 0.0]))
 
 
 def test_a_log_that_reaches_no_tau_is_refused_with_what_it_lacks():
     rows = BanditRows(np.array([[1.0, np.nan], [0.0, np.nan]]), np.array([0, 0]), np.array([1.0, 1.0]))
     taus = np.array([0.80, 0.81, 0.82])
-    points = [Estimate(dr, dr - 0.01, dr + 0.01, dr, 100, 60, 0.0) for dr in (0.97, 0.93, 0.9)]
-    supported = np.array([True, True, True])
-    refuse_unless_supported(np.array([0.9, 0.86, 0.85]), supported, points, taus, 0.01, rows, [], 0.1)  # 0.85 >= 0.81
+    points = [Estimate(dr, dr - 0.01, dr + 0.01, dr, 100, k, 0.0) for dr, k in ((0.97, 60), (0.93, 70), (0.9, 80))]
+    every = np.array([True, True, True])
+    refuse_unless_supported(np.array([0.9, 0.86, 0.85]), every, points, taus, 0.01, rows, [], 0.1)  # 0.85 >= 0.81
     # 0.95 at the lowest tau does not count: calibrate reads a point by its higher taus too
-    low = np.array([0.95, 0.79, 0.78])
-    with pytest.warns(OffPolicySupportWarning, match="no exploration"):
-        with pytest.raises(UnsupportedLogError, match=r"best lower bound on accuracy is 0\.7800 \(its DR estimate 0\.9700; "
-                           r"60 of 100 labelled rows observe its choices\), under the bottom of the tau range 0\.8000 "
-                           r"\+ margin 0\.0100, from 2 labelled decisions and 0 shadow rows; never labelled: \['b'\]; no exploration"):
-            refuse_unless_supported(low, supported, points, taus, 0.01, rows, ["b"], 0.0)
-    with pytest.warns(OffPolicySupportWarning), pytest.raises(UnsupportedLogError, match="and no operating point is supported"):
-        refuse_unless_supported(np.array([0.95, 0.94, 0.93]), ~supported, points, taus, 0.01, rows, ["b"], 0.0)
+    with pytest.warns(OffPolicySupportWarning, match="no exploration"), pytest.raises(
+        UnsupportedLogError, match=r"best lower bound on accuracy is 0\.7800 \(its DR estimate 0\.9700; 60 of 100 "
+        r"labelled rows observe its choices\), under the bottom of the tau range 0\.8000 \+ margin 0\.0100, from 2 "
+        r"labelled decisions and 0 shadow rows; never labelled: \['b'\]; no exploration"):
+        refuse_unless_supported(np.array([0.95, 0.79, 0.78]), every, points, taus, 0.01, rows, ["b"], 0.0)
+    # an unsupported point neither counts nor pulls the points below it down
+    some = np.array([True, False, False])
+    refuse_unless_supported(np.array([0.85, 0.5, 0.5]), some, points, taus, 0.01, rows, [], 0.1)
+    with pytest.raises(UnsupportedLogError, match=r"is 0\.8000 \(its DR estimate 0\.9700"):
+        refuse_unless_supported(np.array([0.80, 0.95, 0.95]), some, points, taus, 0.01, rows, [], 0.1)
+    with pytest.raises(UnsupportedLogError, match=r"is 0\.9300 \(its DR estimate 0\.9700.*\), and no operating point is supported"):
+        refuse_unless_supported(np.array([0.95, 0.94, 0.93]), ~every, points, taus, 0.01, rows, [], 0.1)
+    with pytest.raises(UnsupportedLogError, match="undefined .fewer than 2"):
+        refuse_unless_supported(np.full(3, -np.inf), every, points, taus, 0.01, rows, [], 0.1)
 
 
 def test_support_warning_names_models_and_tau_ranges():
