@@ -73,7 +73,7 @@ def main() -> None:
     inputs = load_inputs(args.artifact, progress=False)
     manifest = inputs.manifest
     if not manifest.calibration.centroids:
-        raise SystemExit("error: --artifact has no cluster centroids (trained with --calibration-clusters 0?)")
+        raise SystemExit("error: --artifact stores no cluster centroids (its frontier uses no cluster rule)")
     centroids = np.asarray(manifest.calibration.centroids)
     lo, hi = manifest.tau_train_range
     taus = np.round(np.concatenate([np.arange(lo, hi + 1e-9, 0.0025), np.linspace(hi, 1.0, 6)[1:]]), 4)
@@ -91,12 +91,12 @@ def main() -> None:
     menu_points = np.array([measure(inputs.test, test_choices, test_clusters, m) for m in cluster_menus])
     frontier_points = np.concatenate([single, ladder_points])
     targets = np.round(np.arange(manifest.tau_range[0], manifest.tau_range[1] + 0.005, 0.01), 3)
-    today = hull_cost(frontier_points, targets)
+    ladders_cost = hull_cost(frontier_points, targets)
     with_menus = hull_cost(np.concatenate([frontier_points, menu_points]), targets)
     rows = [
         {"test_accuracy": float(t), "cost_per_1k_ladders": float(a * 1000), "cost_per_1k_with_menus": float(b * 1000),
          "ratio": float(b / a)}
-        for t, a, b in zip(targets, today, with_menus) if np.isfinite(a) and np.isfinite(b)
+        for t, a, b in zip(targets, ladders_cost, with_menus) if np.isfinite(a) and np.isfinite(b)
     ]
     result = {"artifact": args.artifact, "clusters": len(centroids), "ladders": len(ladders), "menus": len(cluster_menus),
               "menus_using_the_policy": sum(any(o > k for o in m) for m in cluster_menus), "rows": rows}
