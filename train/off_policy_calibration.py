@@ -15,9 +15,10 @@ prefers.  So each point's bound is also capped by bounds that do not use the hea
   as failed, and the full-information rows' own scores (``BanditRows.head_free_terms``);
 - with full-information rows (shadow rows, drawn at random), the bound of their scores alone, an
   unbiased sample of the policy; the tighter of the two holds, so it is the one that caps;
-- each no higher than its mean over the validation rows: the policy was trained on the training
-  rows' labels, so on those rows it keeps the logged choice where it was right and leaves it where
-  it was wrong (the full-information calibration caps its pooled curve by validation the same way).
+- each no higher than its mean over the validation rows, of which it needs at least ``MIN_MATCHED``:
+  the policy was trained on the training rows' labels, so on those rows it keeps the logged choice
+  where it was right and leaves it where it was wrong (the full-information calibration caps its
+  pooled curve by validation the same way).
 
 When no supported point's bound reaches the bottom of the tau range + margin, nothing can be
 promised from the log: training stops with ``UnsupportedLogError`` (exit 2) instead of writing an
@@ -121,8 +122,8 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
     """One operating point's lower bound on accuracy (the least of those in the module docstring;
     -inf where any is undefined) and its parts for the manifest's ``off_policy_curve``."""
     def capped(values: np.ndarray, val_values: np.ndarray) -> float:
-        # fewer than 2 values (overall or on validation): no bound
-        if len(val_values) < 2:
+        # a mean of a handful of validation rows caps nothing: below MIN_MATCHED of them, no bound
+        if len(val_values) < MIN_MATCHED:
             return -np.inf
         return min(lower_bound(values, z), float(val_values.mean()))
 
@@ -159,7 +160,7 @@ def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[E
         best = int(np.argmax(envelope))
         reading, note = envelope[best], ", and no operating point is supported"
     point, n_full = estimates[best], int((rows.logged_choice < 0).sum())
-    bound_text = f"{reading:.4f}" if np.isfinite(reading) else "undefined (fewer than 2 validation rows)"
+    bound_text = f"{reading:.4f}" if np.isfinite(reading) else f"undefined (fewer than {MIN_MATCHED} validation rows)"
     raise UnsupportedLogError(
         f"the decision log vouches for no operating point: the best lower bound on accuracy is {bound_text} "
         f"(its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows observe its choices){note}"

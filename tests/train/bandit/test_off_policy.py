@@ -94,23 +94,23 @@ def test_head_free_terms_are_unbiased_where_the_log_explored_and_low_where_the_c
 
 
 def test_a_point_is_bounded_by_its_validation_rows_where_training_rows_flatter_it():
-    # 10 validation rows where the policy's choice was right 3 times, 90 training rows where the
+    # 20 validation rows where the policy's choice was right 6 times, 80 training rows where the
     # policy (trained on their labels) kept exactly the right logged choices
     scores = np.full((100, 2), np.nan)
-    scores[:, 0] = np.r_[np.ones(3), np.zeros(7), np.ones(90)]
+    scores[:, 0] = np.r_[np.ones(6), np.zeros(14), np.ones(80)]
     rows = BanditRows(scores, np.zeros(100, dtype=int), np.ones(100))
     choice = np.zeros(100, dtype=int)
-    dr = np.r_[scores[:10, 0], np.ones(90)]
-    bound, check = point_bound(rows, choice, dr, n_val=10, z=1.645, full_rows=False)
+    dr = np.r_[scores[:20, 0], np.ones(80)]
+    bound, check = point_bound(rows, choice, dr, n_val=20, z=1.645, full_rows=False)
     assert bound == pytest.approx(0.3) and check["head_free_lower"] == pytest.approx(0.3)
-    assert point_bound(rows, choice, dr, n_val=1, z=1.645, full_rows=False)[0] == -np.inf  # too few to vouch
+    assert point_bound(rows, choice, dr, n_val=19, z=1.645, full_rows=False)[0] == -np.inf  # too few to vouch
     # with shadow rows their own scores bound it too, capped by the validation shadow rows
-    full = np.array([[0.0, 1.0]] * 4 + [[1.0, 1.0]] * 6)
-    mixed = BanditRows(np.r_[full, scores[10:]], np.r_[np.full(10, -1), np.zeros(90, dtype=int)],
-                       np.r_[np.full(10, np.nan), np.ones(90)])
-    bound, check = point_bound(mixed, choice, np.ones(100), n_val=10, z=1.645, full_rows=True)
+    full = np.array([[0.0, 1.0]] * 8 + [[1.0, 1.0]] * 12)
+    mixed = BanditRows(np.r_[full, scores[20:]], np.r_[np.full(20, -1), np.zeros(80, dtype=int)],
+                       np.r_[np.full(20, np.nan), np.ones(80)])
+    bound, check = point_bound(mixed, choice, np.ones(100), n_val=20, z=1.645, full_rows=True)
     expected = min(lower_bound(full[:, 0], 1.645), 0.6)  # pooled bound, capped by the validation shadow rows' mean
-    assert check["full_information_rows"] == 10 and check["full_information_lower"] == pytest.approx(expected, abs=1e-5)
+    assert check["full_information_rows"] == 20 and check["full_information_lower"] == pytest.approx(expected, abs=1e-5)
     assert bound == pytest.approx(max(expected, check["head_free_lower"]), abs=1e-5)  # the tighter head-free bound
 
 
@@ -138,8 +138,8 @@ def test_a_log_that_reaches_no_tau_is_refused_with_what_it_lacks():
         refuse_unless_supported(np.array([0.80, 0.95, 0.95]), some, points, taus, 0.01, rows, [], 0.1)
     with pytest.raises(UnsupportedLogError, match=r"is 0\.9300 \(its DR estimate 0\.9700.*\), and no operating point is supported"):
         refuse_unless_supported(np.array([0.95, 0.94, 0.93]), ~every, points, taus, 0.01, rows, [], 0.1)
-    with pytest.raises(UnsupportedLogError, match="undefined .fewer than 2"):
-        refuse_unless_supported(np.full(3, -np.inf), every, points, taus, 0.01, rows, [], 0.1)
+    with pytest.raises(UnsupportedLogError, match="undefined .fewer than 20 validation rows"):
+        refuse_unless_supported(np.full(3, -np.inf), every, points, taus, 0.01, rows, [], 0.1)  # too few rows
 
 
 def test_support_warning_names_models_and_tau_ranges():
