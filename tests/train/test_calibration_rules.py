@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from litellm_proteus.artifact import TauCalibration
+from litellm_proteus.artifact import TauCalibration, load_artifact
 from litellm_proteus.operating_points import POLICY, OperatingPoint
 from litellm_proteus.predictor import Candidate, ProteusPredictor
-from litellm_proteus.artifact import load_artifact
 from proteus_train.calibration import (
-    CalibrationRows, CandidatePoint, calibrate, cluster_ladders, kmeans, monotone_envelope, rule_points,
+    CalibrationRows,
+    CandidatePoint,
+    calibrate,
+    cluster_ladders,
+    kmeans,
+    monotone_envelope,
+    rule_points,
 )
 from proteus_train.routing import route_log
 

@@ -7,8 +7,19 @@ import pytest
 import torch
 
 from proteus_train.heads import ips_weights, masked_bce
-from proteus_train.off_policy import BanditRows, Estimate, OffPolicySupportWarning, Support, lower_bound, tau_intervals
-from proteus_train.off_policy_calibration import UnsupportedLogError, point_bound, refuse_unless_supported
+from proteus_train.off_policy import (
+    BanditRows,
+    Estimate,
+    OffPolicySupportWarning,
+    Support,
+    lower_bound,
+    tau_intervals,
+)
+from proteus_train.off_policy_calibration import (
+    UnsupportedLogError,
+    point_bound,
+    refuse_unless_supported,
+)
 
 
 def synthetic(n=20_000, k=3, seed=0, explore=True):
