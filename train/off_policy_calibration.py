@@ -160,7 +160,7 @@ def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[E
         best = int(np.argmax(envelope))
         reading, note = envelope[best], ", and no operating point is supported"
     point, n_full = estimates[best], int((rows.logged_choice < 0).sum())
-    bound_text = f"{reading:.4f}" if np.isfinite(reading) else f"undefined (fewer than {MIN_MATCHED} validation rows)"
+    bound_text = f"{reading:.4f}" if np.isfinite(reading) else f"undefined, fewer than {MIN_MATCHED} validation rows"
     raise UnsupportedLogError(
         f"the decision log vouches for no operating point: the best lower bound on accuracy is {bound_text} "
         f"(its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows observe its choices){note}"
