@@ -155,10 +155,11 @@ def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[E
     if np.isfinite(supported_envelope).any():
         best = int(np.argmax(supported_envelope))
         reading, note = supported_envelope[best], ""
-    else:  # nothing supported: name the best point all the same
+    else:  # no supported point has a bound: name the best point all the same
         envelope = monotone_envelope(np.where(np.isnan(lower), -np.inf, lower))
         best = int(np.argmax(envelope))
-        reading, note = envelope[best], ", and no operating point is supported"
+        reading = envelope[best]
+        note = ", and no supported operating point has a bound" if ok.any() else ", and no operating point is supported"
     point, n_full = estimates[best], int((rows.logged_choice < 0).sum())
     bound_text = f"{reading:.4f}" if np.isfinite(reading) else f"undefined, fewer than {MIN_MATCHED} validation rows"
     raise UnsupportedLogError(

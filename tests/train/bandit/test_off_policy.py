@@ -149,7 +149,7 @@ def test_a_log_that_reaches_no_tau_is_refused_with_what_it_lacks():
         refuse_unless_supported(np.array([0.80, 0.95, 0.95]), some, points, taus, 0.01, rows, [], 0.1)
     with pytest.raises(UnsupportedLogError, match=r"is 0\.9300 \(its DR estimate 0\.9700.*\), and no operating point is supported"):
         refuse_unless_supported(np.array([0.95, 0.94, 0.93]), ~every, points, taus, 0.01, rows, [], 0.1)
-    with pytest.raises(UnsupportedLogError, match="undefined, fewer than 20 validation rows"):
+    with pytest.raises(UnsupportedLogError, match="undefined, fewer than 20 validation rows.*, and no supported operating point has a bound"):
         refuse_unless_supported(np.full(3, -np.inf), every, points, taus, 0.01, rows, [], 0.1)  # too few rows
 
 
