@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from litellm_proteus.operating_points import POLICY, OperatingPoint, nearest_centroid
-from proteus_train.calibration import cost_frontier
+from proteus_train.calibration import cost_frontier, price_ladders
 from proteus_train.evaluation.inputs import load_inputs
 from proteus_train.routing import route_at_points
 
@@ -40,16 +40,6 @@ def per_cluster_means(split, choices: np.ndarray, clusters: np.ndarray, n_cluste
         acc[c] = observed[rows[None, :], choices[:, rows]].mean(1)
         cost[c] = split.costs[rows[None, :], choices[:, rows]].mean(1)
     return acc, cost
-
-
-def menus(acc: np.ndarray, cost: np.ndarray, allowed: np.ndarray) -> list[list[int]]:
-    """Per price of accuracy, each cluster's best allowed option: the distinct menus."""
-    out: list[list[int]] = []
-    for price in np.concatenate([[0.0], np.geomspace(1e-4, 1e2, 60)]):
-        menu = np.where(allowed[None, :], acc - price * cost / max(cost.max(), 1e-12), -np.inf).argmax(1).tolist()
-        if menu not in out:
-            out.append(menu)
-    return out
 
 
 def measure(split, choices: np.ndarray, clusters: np.ndarray, menu: list[int]) -> tuple[float, float]:
@@ -83,8 +73,8 @@ def main() -> None:
     test_clusters = nearest_centroid(inputs.test.emb, centroids)
     acc, cost = per_cluster_means(inputs.train, train_choices, train_clusters, len(centroids))
     slots_only = np.arange(len(train_choices)) < k
-    ladders = menus(acc, cost, slots_only)
-    cluster_menus = menus(acc, cost, np.ones(len(train_choices), dtype=bool))
+    ladders = price_ladders(np.where(slots_only[None, :], acc, -np.inf), cost, n_prices=60, lowest_price=1e-4)
+    cluster_menus = price_ladders(acc, cost, n_prices=60, lowest_price=1e-4)
     observed, at = np.nan_to_num(inputs.test.scores, nan=0.0), np.arange(len(inputs.test.scores))
     single = np.array([[observed[at, c].mean(), inputs.test.costs[at, c].mean()] for c in test_choices])
     ladder_points = np.array([measure(inputs.test, test_choices, test_clusters, m) for m in ladders])

@@ -261,22 +261,28 @@ def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = 30) -> np.ndarray
     return c
 
 
-def group_ladders(
-    groups: np.ndarray, n_groups: int, scores: np.ndarray, costs_usd: np.ndarray, n_prices: int = 24
-) -> list[list[int]]:
-    """Slot per group for a range of prices of accuracy: each group takes the slot maximising its
-    mean accuracy - price * mean cost on these rows (an empty group: the rows' overall means), i.e.
-    the ladders on the lower hull of (cost, accuracy); distinct ladders, cheapest last."""
-    observed = np.nan_to_num(scores, nan=0.0)
-    acc = np.array([observed[groups == g].mean(0) if (groups == g).any() else observed.mean(0) for g in range(n_groups)])
-    cost = np.array([costs_usd[groups == g].mean(0) if (groups == g).any() else costs_usd.mean(0) for g in range(n_groups)])
+def price_ladders(acc: np.ndarray, cost: np.ndarray, n_prices: int = 24, lowest_price: float = 1e-3) -> list[list[int]]:
+    """For a range of prices of accuracy, each group's option maximising its mean accuracy - price x
+    mean cost ([G, O] each; cost scaled by its largest entry; an option with accuracy -inf is never
+    taken): the distinct ladders on the lower (cost, accuracy) hull, cheapest last."""
     scale = max(float(cost.max()), 1e-12)
     ladders: list[list[int]] = []
-    for price in np.concatenate([[0.0], np.geomspace(1e-3, 1e2, n_prices)]):
+    for price in np.concatenate([[0.0], np.geomspace(lowest_price, 1e2, n_prices)]):
         ladder = (acc - price * cost / scale).argmax(1).tolist()
         if ladder not in ladders:
             ladders.append(ladder)
     return ladders
+
+
+def group_ladders(
+    groups: np.ndarray, n_groups: int, scores: np.ndarray, costs_usd: np.ndarray, n_prices: int = 24
+) -> list[list[int]]:
+    """Slot per group for a range of prices of accuracy (``price_ladders`` over each group's mean
+    accuracy and cost per slot on these rows; an empty group: the rows' overall means)."""
+    observed = np.nan_to_num(scores, nan=0.0)
+    acc = np.array([observed[groups == g].mean(0) if (groups == g).any() else observed.mean(0) for g in range(n_groups)])
+    cost = np.array([costs_usd[groups == g].mean(0) if (groups == g).any() else costs_usd.mean(0) for g in range(n_groups)])
+    return price_ladders(acc, cost, n_prices)
 
 
 def cluster_ladders(emb: np.ndarray, scores: np.ndarray, costs_usd: np.ndarray, centroids: np.ndarray) -> list[list[int]]:

@@ -105,12 +105,12 @@ class BanditRows:
         observed = np.nan_to_num(self.scores[rows, choice])  # full-information rows
         return np.where(bandit, np.where(choice == self.logged_choice, weight * label, 0.0), observed)
 
-    def observed_scores(self, choice: np.ndarray) -> np.ndarray:
+    def observed_scores(self, choice: np.ndarray, first: int | None = None) -> np.ndarray:
         """The full-information rows' scores of the policy's choice, where that slot was scored: an
         unbiased sample of the policy's accuracy without the head (shadow rows are drawn at random,
-        and so are the candidates they call)."""
-        full = self.logged_choice < 0
-        values = self.scores[np.arange(len(choice)), choice][full]
+        and so are the candidates they call).  ``first``: among the first rows only."""
+        full = self.logged_choice[:first] < 0
+        values = self.scores[np.arange(len(choice)), choice][:first][full]
         return values[np.isfinite(values)]
 
     def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:

@@ -113,7 +113,7 @@ def off_policy_calibration(
     support = Support(unlabelled, tau_intervals(calibration.requested, bad_requested, config.calibration_step),
                       MIN_MATCHED, MAX_UNSUPPORTED_SHARE, explored_share)
     curve = OperatingCurve(np.asarray(points), mus, cost_arr)
-    points_out = [{**e.to_dict(), **(checks[i] if checks else {})} for i, e in enumerate(estimates)]
+    points_out = [{**e.to_dict(), **check} for e, check in zip(estimates, checks)]
     return OffPolicyCalibration(calibration, declared, curve, lower_arr, points_out, support)
 
 
@@ -130,11 +130,9 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
     head_free = rows.head_free_terms(choice)
     parts = {"head_free_lower": capped(head_free, head_free[:n_val])}
     if full_rows:
-        full = rows.logged_choice < 0
-        scored = full & np.isfinite(rows.scores[np.arange(len(choice)), choice])
-        observed = rows.scores[np.arange(len(choice)), choice]
-        parts["full_information_lower"] = capped(observed[scored], observed[:n_val][scored[:n_val]])
-        parts["full_information_rows"] = int(scored.sum())
+        observed = rows.observed_scores(choice)
+        parts["full_information_lower"] = capped(observed, rows.observed_scores(choice, first=n_val))
+        parts["full_information_rows"] = len(observed)
     # both head-free bounds hold; with shadow rows the tighter of the two caps the DR bound
     head_free_bound = max(parts["head_free_lower"], parts.get("full_information_lower", -np.inf))
     bound = min(-np.inf if np.isnan(b) else b for b in (lower_bound(dr_terms, z), head_free_bound))
