@@ -195,6 +195,11 @@ class ProteusConfig(BaseModel):
         "and so skip tau and tiers?",
     )
 
+    @property
+    def redis_url(self) -> str | None:
+        """The Redis URL every shared piece (tiers, controller, logs, shadow budget) connects to."""
+        return self.redis.connection_url() if self.redis is not None else None
+
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:

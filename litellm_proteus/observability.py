@@ -159,14 +159,14 @@ def optional_metrics(build: Callable[[], T]) -> Callable[[], T | None]:
     """A getter of one ``build()`` per process, registered on first use; None where metrics cannot
     exist: no prometheus_client (metrics are optional), or the names are already registered by an
     earlier copy of the module (reload)."""
-    built: list[T] = []
+    built: list[T | None] = []  # one attempt per process: a failure is remembered, not retried per request
 
     def get() -> T | None:
         if not built:
             try:
                 built.append(build())
             except (ImportError, ValueError):
-                return None
+                built.append(None)
         return built[0]
 
     return get

@@ -22,13 +22,12 @@ same bytes.  Output goes under runs/ (git-ignored), never into the repository:
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 from pathlib import Path
 
 from proteus_train.data import assign_splits, load_logs
-from proteus_train.data.common import read_table, resolve_files, split_from_name
+from proteus_train.data.common import prompt_text, read_table, resolve_files, split_from_name
 
 PREAMBLES = (
     "Please answer the following.",
@@ -43,20 +42,12 @@ PREAMBLES = (
 
 
 def variant_prompt(cell: object, replica: int) -> object:
-    """The prompt cell of replica ``replica``: the source cell itself for replica 0, otherwise the
-    first turn prefixed with a preamble and the replica number (a list string stays a list string)."""
+    """The prompt cell of replica ``replica``: the source cell itself for replica 0, otherwise its
+    routed text (``prompt_text``: turns joined as the loader joins them) after a preamble and the
+    replica number."""
     if replica == 0 or not isinstance(cell, str):
         return cell
-    prefix = f"{PREAMBLES[(replica - 1) % len(PREAMBLES)]} (request {replica})\n\n"
-    stripped = cell.strip()
-    if stripped.startswith("[") and stripped.endswith("]"):
-        try:
-            turns = ast.literal_eval(stripped)
-        except (ValueError, SyntaxError):
-            turns = None
-        if isinstance(turns, list) and turns and isinstance(turns[0], str):
-            return repr([prefix + turns[0], *turns[1:]])
-    return prefix + cell
+    return f"{PREAMBLES[(replica - 1) % len(PREAMBLES)]} (request {replica})\n\n" + prompt_text(cell)
 
 
 def source_splits(source: Path, seed: int) -> dict[str, str]:

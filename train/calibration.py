@@ -247,9 +247,10 @@ def kmeans(x: np.ndarray, k: int, seed: int, iterations: int = 30) -> np.ndarray
     rng = np.random.default_rng(seed)
     x = np.asarray(x, dtype=np.float64)
     centroids = [x[rng.integers(len(x))]]
+    d = ((x - centroids[0]) ** 2).sum(-1)  # each row's squared distance to its nearest centroid so far
     for _ in range(1, k):
-        # one centroid at a time: the [N, k, D] broadcast took k x the embeddings' memory (GBs at 100k rows)
-        d = np.min([((x - c) ** 2).sum(-1) for c in centroids], axis=0)
+        if len(centroids) > 1:
+            d = np.minimum(d, ((x - centroids[-1]) ** 2).sum(-1))
         centroids.append(x[rng.choice(len(x), p=d / d.sum()) if d.sum() > 0 else rng.integers(len(x))])
     c = np.asarray(centroids)
     for _ in range(iterations):

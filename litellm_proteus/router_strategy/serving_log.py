@@ -40,10 +40,6 @@ _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
 
 
-def _redis_url(config: ProteusConfig) -> str | None:
-    return config.redis.connection_url() if config.redis is not None else None
-
-
 def _redis(config: ProteusConfig) -> tuple[Any, float]:
     """(client or None, seconds to keep local state after a Redis failure)."""
     if config.redis is None:
@@ -57,7 +53,7 @@ def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
     settings, log = config.shadow, config.decision_log
     if not settings.enabled or log is None or log.dir is None:
         return None
-    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{_redis_url(config)}"
+    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{config.redis_url}"
     with _lock:
         if key not in _shadows:
             client, retry = _redis(config)
@@ -71,7 +67,7 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
     settings = config.decision_log
     if settings is None:
         return None
-    key = f"{settings.model_dump_json()}|{_redis_url(config)}"
+    key = f"{settings.model_dump_json()}|{config.redis_url}"
     with _lock:
         if key not in _logs:
             client, retry = _redis(config)

@@ -124,7 +124,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         redis = config.redis
         self.compliance = shared_controller(
             config.compliance,
-            redis.connection_url() if redis else None,
+            config.redis_url,
             redis.timeout_ms / 1000.0 if redis else 0.05,
             engine.manifest.calibration.margin,
         )

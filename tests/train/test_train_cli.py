@@ -308,3 +308,7 @@ def test_calibration_measures_on_at_most_calibration_rows_per_part(trained):
     metrics = json.loads((capped / "manifest.json").read_text())["metrics"]
     assert metrics["calibration_rows"] == {"val": 12, "out_of_fold": 12}
     assert load_artifact(capped)[1].tau_range[0] <= load_artifact(capped)[1].tau_range[1]
+    capped_manifest = json.loads((capped / "manifest.json").read_text())
+    assert capped_manifest["training"]["config"]["perf_epoch_rows"] == 40
+    # the margin counts the rows calibration measured on: 12 per part widen it
+    assert capped_manifest["calibration"]["margin"] >= manifest["calibration"]["margin"]
