@@ -1,6 +1,8 @@
 """The supervised parts of PROTEUS: the performance head p_i(x) and the quality boosts b.
 
 - ``fit_performance_head``: projection + head with masked BCE (NaN = unobserved), early stopping;
+- ``doubly_robust_targets`` / ``masked_squared_error``: the decision-log alternative, a head
+  regressed on doubly robust pseudo-outcomes (``--propensity-weighting dr``);
 - ``out_of_fold_predictions``: p_i(x) for each training row from a head that never saw it (what PPO
   scores models with, so the policy does not learn from overfit predictions);
 - ``fit_boosts``: b fitted for quality-seeking routing (mu = 1).
@@ -88,6 +90,36 @@ def ips_weights(propensity: "np.ndarray | None", clip: float) -> torch.Tensor | 
     return torch.as_tensor(weights, dtype=torch.float32)
 
 
+def doubly_robust_targets(
+    q: np.ndarray, scores: np.ndarray, logged_choice: np.ndarray | None, propensity: np.ndarray | None, clip: float
+) -> np.ndarray:
+    """Per cell, the doubly robust pseudo-outcome q(x, c) + 1[c = a] * min(1/pi, clip) * (y - q(x, a)).
+
+    ``q`` ([N, K]): predictions that never saw the row's outcome (out-of-fold, or a head fitted on
+    other rows); ``a``, ``pi``: the logged choice and its propensity.  Its mean over rows is an
+    unbiased estimate of a slot's accuracy when either q or pi is right, and every slot of every
+    bandit row gets a target.  Full-information rows (logged choice -1) keep their observed scores;
+    a bandit row whose choice was never labelled keeps q (its correction term is 0)."""
+    targets = np.array(scores, dtype=np.float64, copy=True)
+    if logged_choice is None:
+        return targets
+    rows = np.flatnonzero(np.asarray(logged_choice) >= 0)
+    chosen = np.asarray(logged_choice)[rows].astype(np.int64)
+    weight = np.minimum(1.0 / np.clip(np.asarray(propensity, dtype=np.float64)[rows], 1e-12, 1.0), clip)
+    outcome = scores[rows, chosen]
+    correction = np.where(np.isfinite(outcome), weight * (outcome - q[rows, chosen]), 0.0)
+    targets[rows] = q[rows]
+    targets[rows, chosen] += correction
+    return targets
+
+
+def masked_squared_error(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean (sigmoid(logit) - target)^2 over observed cells: the loss for doubly robust targets,
+    which may lie outside [0, 1] (BCE is defined on [0, 1] only)."""
+    observed = torch.isfinite(targets)
+    return (torch.sigmoid(logits[observed]) - targets[observed]).pow(2).mean()
+
+
 def fit_performance_head(
     model: ProteusModel,
     emb_train: torch.Tensor,
@@ -98,14 +130,16 @@ def fit_performance_head(
     generator: torch.Generator,
     weights: torch.Tensor | None = None,
     weights_val: torch.Tensor | None = None,
+    loss=masked_bce,
 ) -> float:
     """Train projection + performance head; keep the weights with the best validation loss.
 
-    ``weights`` / ``weights_val``: per-row loss weights (``ips_weights``), None = unweighted."""
+    ``weights`` / ``weights_val``: per-row loss weights (``ips_weights``), None = unweighted;
+    ``loss``: ``masked_bce`` on outcomes, ``masked_squared_error`` on doubly robust targets."""
     return fit_early_stopping(
         model,
         lambda emb: model.performance_logits(model.embed(emb)),
-        masked_bce,
+        loss,
         emb_train,
         y_train,
         emb_val,
@@ -155,3 +189,32 @@ def out_of_fold_predictions(
         with torch.no_grad():
             oof[held] = torch.sigmoid(fold_model.performance_logits(fold_model.embed(emb[held])))
     return oof
+
+
+def fit_doubly_robust_head(
+    model: ProteusModel,
+    emb_train: torch.Tensor,
+    emb_val: torch.Tensor,
+    scores_train: np.ndarray,
+    scores_val: np.ndarray,
+    q_train: np.ndarray,
+    bandit_train: tuple[np.ndarray, np.ndarray],
+    bandit_val: tuple[np.ndarray, np.ndarray],
+    config: TrainConfig,
+    generator: torch.Generator,
+) -> float:
+    """``--propensity-weighting dr``, stage 2: refit the (masked-BCE) head on doubly robust targets.
+
+    ``q_train``: out-of-fold predictions for the training rows; the validation rows' q is the
+    stage-1 head itself, which never trained on them.  ``bandit_*``: (logged choice, propensity)."""
+    with torch.no_grad():
+        q_val = torch.sigmoid(model.performance_logits(model.embed(emb_val))).cpu().numpy()
+
+    def targets(q: np.ndarray, scores: np.ndarray, bandit: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:
+        t = doubly_robust_targets(q, scores, *bandit, clip=config.propensity_clip)
+        return torch.as_tensor(t, dtype=torch.float32, device=emb_train.device)
+
+    return fit_performance_head(
+        model, emb_train, targets(q_train, scores_train, bandit_train), emb_val, targets(q_val, scores_val, bandit_val),
+        config, generator, loss=masked_squared_error,
+    )

@@ -67,7 +67,7 @@ from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
 from .encoding import BUNDLED_ENCODER_DIR, finetune_encoder, training_encoder
 from .manifest import average_tokens, data_record, encoder_spec, training_record, validation_metrics
-from .heads import fit_boosts, fit_performance_head, ips_weights, out_of_fold_predictions
+from .heads import fit_boosts, fit_doubly_robust_head, fit_performance_head, ips_weights, out_of_fold_predictions
 from .off_policy import BanditRows
 from .off_policy_calibration import off_policy_calibration
 from .p_calibration import fit_p_calibration
@@ -217,6 +217,14 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     groups = np.asarray([data.prompts[i] for i in train_idx], dtype=object) if data.bandit else None  # repeats
     p_oof = out_of_fold_predictions(model_config, emb_t[train_idx], y[train_idx], config, generator, w_train, init_state,
                                     groups)
+    if config.propensity_weighting == "dr" and data.bandit:
+        # stage 2 refits the served head; PPO keeps scoring with the stage-1 out-of-fold head (direct method)
+        dr_error = fit_doubly_robust_head(
+            model, emb_t[train_idx], emb_t[val_idx], data.scores[train_idx], data.scores[val_idx], p_oof.cpu().numpy(),
+            (data.logged_choice[train_idx], data.propensity[train_idx]), (data.logged_choice[val_idx], data.propensity[val_idx]),
+            config, generator,
+        )
+        log.info("performance head: doubly robust refit, validation squared error %.4f (BCE below: stage 1)", dr_error)
     timings["performance_head_s"] = time.perf_counter() - t0
     train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32, device=device)
     quality_accuracy = fit_boosts(model, p_oof, torch.where(torch.isfinite(train_scores), train_scores, p_oof), config)

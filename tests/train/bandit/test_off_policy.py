@@ -1,4 +1,5 @@
-"""Off-policy estimation on a synthetic bandit with known truth, IPS weights, weighted masked BCE."""
+"""Off-policy estimation on a synthetic bandit with known truth, IPS weights, weighted masked BCE,
+doubly robust head targets."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from proteus_train.heads import ips_weights, masked_bce
+from proteus_train.heads import doubly_robust_targets, ips_weights, masked_bce, masked_squared_error
 from proteus_train.off_policy import (
     BanditRows,
     Estimate,
@@ -174,6 +175,39 @@ def test_weighted_masked_bce_reduces_to_the_plain_loss_and_follows_the_weights()
     heavy_first = masked_bce(logits, targets, torch.tensor([100.0, 1, 1, 1, 1, 1]))
     first_row = masked_bce(logits[:1], targets[:1])
     assert abs(float(heavy_first - first_row)) < abs(float(plain - first_row))
+
+
+def test_doubly_robust_targets_correct_the_chosen_cell_and_keep_full_information_rows():
+    q = np.array([[0.6, 0.8], [0.6, 0.8], [0.5, 0.5], [0.6, 0.8]])
+    nan = np.nan
+    scores = np.array([[1.0, nan], [nan, 0.0], [1.0, 0.0], [nan, nan]])
+    choice, propensity = np.array([0, 1, -1, 0]), np.array([0.5, 0.01, nan, 1.0])
+    t = doubly_robust_targets(q, scores, choice, propensity, clip=20.0)
+    assert t[0].tolist() == pytest.approx([0.6 + 2 * 0.4, 0.8])  # 1/pi = 2
+    assert t[1].tolist() == pytest.approx([0.6, 0.8 - 20 * 0.8])  # 1/pi = 100, clipped at 20
+    assert t[2].tolist() == [1.0, 0.0]  # a full-information (shadow) row keeps its outcomes
+    assert t[3].tolist() == pytest.approx([0.6, 0.8])  # an unlabelled choice: q everywhere
+
+
+def test_doubly_robust_targets_average_to_the_truth_where_the_head_is_wrong():
+    """With known propensities, a biased q still gives unbiased per-slot means (the DR property)."""
+    rng = np.random.default_rng(0)
+    n, truth = 200_000, np.array([0.3, 0.9])
+    propensity_of_1 = rng.uniform(0.2, 0.8, n)
+    choice = (rng.random(n) < propensity_of_1).astype(int)
+    propensity = np.where(choice == 1, propensity_of_1, 1 - propensity_of_1)
+    scores = np.full((n, 2), np.nan)
+    scores[np.arange(n), choice] = (rng.random(n) < truth[choice]).astype(float)
+    q = np.tile([0.6, 0.6], (n, 1))  # wrong for both slots
+    means = doubly_robust_targets(q, scores, choice, propensity, clip=1e9).mean(axis=0)
+    assert means == pytest.approx(truth, abs=0.01)
+    assert np.abs(q.mean(axis=0) - truth).min() > 0.25  # the head alone is far off
+
+
+def test_masked_squared_error_ignores_unobserved_cells_and_takes_targets_outside_0_1():
+    logits = torch.zeros(2, 2)  # p = 0.5 everywhere
+    targets = torch.tensor([[1.5, float("nan")], [-0.5, 0.5]])
+    assert float(masked_squared_error(logits, targets)) == pytest.approx((1.0 + 1.0 + 0.0) / 3)
 
 
 def test_an_operating_point_needs_half_the_rows_agreeing_with_the_log():

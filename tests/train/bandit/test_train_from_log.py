@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact, read_manifest
 from proteus_train.data import load_logs
@@ -106,6 +107,19 @@ def test_train_from_the_decision_log_with_init_records_provenance_and_support(lo
     assert "dropped" in done.stderr  # unlabelled requests are counted, not silently used
 
 
+def test_the_head_is_refitted_on_doubly_robust_targets_by_default(logged):
+    base, _ = logged
+    done_dr = train_process(base / "explore", base / "dr-art", "--init", DEFAULT_ARTIFACT_DIR)
+    done_none = train_process(base / "explore", base / "none-art", "--init", DEFAULT_ARTIFACT_DIR,
+                              "--propensity-weighting", "none")
+    assert "doubly robust refit" in done_dr.stderr and "doubly robust refit" not in done_none.stderr
+    assert read_manifest(base / "dr-art").training["config"]["propensity_weighting"] == "dr"
+    dr, _ = load_artifact(base / "dr-art")
+    plain, _ = load_artifact(base / "none-art")
+    # same seed, same stage 1: the doubly robust refit is what separates the served heads
+    assert not torch.allclose(dr.performance_head.weight, plain.performance_head.weight)
+
+
 def test_without_exploration_the_trainer_warns_and_promises_nothing_the_log_cannot_vouch_for(logged):
     base, _ = logged
     out = base / "greedy-art"
@@ -156,8 +170,8 @@ def test_bad_flags_end_with_an_error(logged):
     assert done.returncode == 2 and "error: --label-share must lie in [0, 1]; got 1.5" in done.stderr
     done = proteus("simulate-log", "--data", base / "logs.csv", "--tiers", "premium=1.5", "--out", base / "x")
     assert done.returncode == 2 and "error: --tiers: 'premium=1.5' is not NAME=TAU with TAU in (0, 1]" in done.stderr
-    done = proteus("train", "--data", base / "explore", "--out", base / "y", "--propensity-weighting", "dr")
-    assert done.returncode == 2 and "--propensity-weighting must be one of ['ips', 'none']" in done.stderr
+    done = proteus("train", "--data", base / "explore", "--out", base / "y", "--propensity-weighting", "snips")
+    assert done.returncode == 2 and "--propensity-weighting must be one of ['dr', 'ips', 'none']" in done.stderr
 
 
 def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
