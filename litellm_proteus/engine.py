@@ -142,7 +142,7 @@ class DecisionEngine:
         self.predictor = predictor
         self.slots: list[str] = list(manifest.models)
         if token_counter is None:
-            self._count_tokens, self.token_counter_name = choose_counter(config.prompt_tokens)
+            self._count_tokens, self.token_counter_name = choose_counter(config.prompt_tokens), config.prompt_tokens
         else:
             self._count_tokens, self.token_counter_name = token_counter, "custom"
         self._cost_map = cost_map

@@ -145,8 +145,7 @@ class ShadowEvaluator:
         try:
             return self._start(call_id, response, judge, lookup, judge_deployments)
         except Exception as exc:
-            shadow_metrics.record_skip("error")
-            self._warnings.warn("start", "PROTEUS shadow: cannot start the job for %s: %s", call_id, _short(exc))
+            self._skip("error", "start", "PROTEUS shadow: cannot start the job for %s: %s", call_id, _short(exc))
             return None
 
     def _start(self, call_id: str, response: Any, judge: JudgeCall, lookup: DeploymentLookup,
@@ -156,9 +155,8 @@ class ShadowEvaluator:
         if job is None:
             return None
         if len(self.tasks) >= self.settings.max_in_flight:
-            shadow_metrics.record_skip("busy")
-            self._warnings.warn("busy", "PROTEUS shadow: %d jobs running (max_in_flight); skipping sampled requests",
-                                len(self.tasks))
+            self._skip("busy", "busy", "PROTEUS shadow: %d jobs running (max_in_flight); skipping sampled requests",
+                       len(self.tasks))
             return None
         loop = asyncio.get_running_loop()
         served_cost = call_cost(response, job.candidates[job.served].deployment)
@@ -175,8 +173,7 @@ class ShadowEvaluator:
         try:
             return await self._run(job, served_text, served_cost, judge, lookup, judge_deployments)
         except Exception as exc:  # never escapes: the request it shadows is long answered
-            shadow_metrics.record_skip("error")
-            self._warnings.warn("job", "PROTEUS shadow: job for %s failed: %s", job.call_id, exc)
+            self._skip("error", "job", "PROTEUS shadow: job for %s failed: %s", job.call_id, exc)
             return None
 
     async def _run(self, job: ShadowJob, served_text: str | None, served_cost: float, judge: JudgeCall,
@@ -186,18 +183,16 @@ class ShadowEvaluator:
         picked = self.rng.sample(others, min(self.settings.candidates, len(others)))
         judges = list(judge_deployments())
         if not judges:  # nothing could judge the answers: pay for none of them
-            shadow_metrics.record_skip("error")
-            self._warnings.warn("judge_model", "PROTEUS shadow: shadow.judge_model %r is not a model group of this proxy; "
-                                "no shadow calls", self.settings.judge_model)
+            self._skip("error", "judge_model", "PROTEUS shadow: shadow.judge_model %r is not a model group of this proxy; "
+                       "no shadow calls", self.settings.judge_model)
             return None
         judge_cost = self.judge_estimate(job.prompt, served_text or "", judges)
         reserved = sum(c.est_cost_usd for c in picked) + (len(picked) + 1) * judge_cost
         day, total = await self.budget.areserve(reserved)
         shadow_metrics.record_budget(total)
         if day is None:
-            shadow_metrics.record_skip("budget")
-            self._warnings.warn("budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until 00:00 UTC",
-                                self.budget.cap_usd)
+            self._skip("budget", "budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until 00:00 UTC",
+                       self.budget.cap_usd)
             return None
         spend: list[float] = []  # the real cost of each call made
         try:
@@ -246,14 +241,10 @@ class ShadowEvaluator:
                 self.settings.timeout_s,
             )
         except Exception as exc:  # an upstream error or timeout: this candidate stays unscored
-            cost = billed_if_timed_out(exc, candidate.est_cost_usd)
-            shadow_metrics.record_call("candidate", False, cost)
-            spend.append(cost)
+            self._record_call("candidate", False, billed_if_timed_out(exc, candidate.est_cost_usd), spend)
             self._warnings.warn("call", "PROTEUS shadow: call to %s failed: %s", candidate.model, _short(exc))
             return None, candidate.est_cost_usd
-        cost = call_cost(response, candidate.deployment)
-        shadow_metrics.record_call("candidate", True, cost)
-        spend.append(cost)
+        cost = self._record_call("candidate", True, call_cost(response, candidate.deployment), spend)
         return response_text(response), cost
 
     async def _judge(self, job: ShadowJob, answer: str, judge: JudgeCall, lookup: DeploymentLookup,
@@ -266,17 +257,26 @@ class ShadowEvaluator:
                 self.settings.timeout_s,
             )
         except Exception as exc:
-            cost = billed_if_timed_out(exc, estimate)
-            shadow_metrics.record_call("judge", False, cost)
-            spend.append(cost)
+            self._record_call("judge", False, billed_if_timed_out(exc, estimate), spend)
             self._warnings.warn("judge", "PROTEUS shadow: judge call failed: %s", _short(exc))
             return None
         hidden = getattr(reply, "_hidden_params", None) or {}
         model_id = hidden.get("model_id") if isinstance(hidden, Mapping) else None
-        cost = call_cost(reply, lookup(str(model_id)) if model_id else None)
-        shadow_metrics.record_call("judge", True, cost)
-        spend.append(cost)
+        self._record_call("judge", True, call_cost(reply, lookup(str(model_id)) if model_id else None), spend)
         return parse_score(response_text(reply))
+
+    # -- what every outcome records ------------------------------------------------------------------
+    def _skip(self, reason: str, kind: str, message: str, *args: Any) -> None:
+        """A sampled request that gets no shadow row: counted by ``reason``, logged (rate-limited per ``kind``)."""
+        shadow_metrics.record_skip(reason)
+        self._warnings.warn(kind, message, *args)
+
+    @staticmethod
+    def _record_call(role: str, ok: bool, cost: float, spend: list[float]) -> float:
+        """A shadow or judge call made (``ok``: it answered): counted in the metrics, its cost added to the job's spend."""
+        shadow_metrics.record_call(role, ok, cost)
+        spend.append(cost)
+        return cost
 
     def _write(self, row: dict[str, Any]) -> None:
         with self._write_lock:

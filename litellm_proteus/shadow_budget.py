@@ -106,9 +106,6 @@ class DailyBudget:
             self._local[day] = self._local.get(day, 0.0) + usd
             return self._local[day]
 
-    def exhausted(self) -> bool:
-        return self.spent() >= self.cap_usd
-
     # -- async (the proxy's event loop) -------------------------------------------------------
     async def areserve(self, usd: float) -> tuple[str | None, float]:
         return await asyncio.to_thread(self.reserve, usd) if self.redis is not None else self.reserve(usd)

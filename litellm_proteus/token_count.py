@@ -7,8 +7,8 @@ alike and never reorders two deployments with equal prices.
   estimated every logged prompt and the artifact's ``avg_output_tokens`` the same way, so live c_i
   stay in the units the artifact's cost bounds were fitted in; no tokenizer is loaded.
 - ``litellm``: ``litellm.token_counter`` (its default tokenizer, cl100k_base: ~31 MiB per worker on
-  the first call).  Where LiteLLM cannot be imported (``proteus bench`` on a host with the
-  trainer's dependencies only) it falls back to ``chars`` and says so once.
+  the first call).  Only the proxy counts this way, and it always has LiteLLM; ``chars`` needs no
+  LiteLLM (``proteus bench`` on a host with the trainer's dependencies only: its engine counts ``chars``).
 """
 
 from __future__ import annotations
@@ -47,20 +47,8 @@ def count_prompt_tokens(messages: Sequence[Mapping[str, Any]] | None, text: str)
 COUNTERS: dict[str, TokenCounter] = {"chars": estimate_prompt_tokens, "litellm": count_prompt_tokens}
 
 
-def litellm_importable() -> bool:
-    try:
-        import litellm  # noqa: F401
-    except ImportError:  # also what ``sys.modules['litellm'] = None`` raises
-        return False
-    return True
-
-
-def choose_counter(name: str) -> tuple[TokenCounter, str]:
-    """(counter, the name of the one used) for ``prompt_tokens: name``."""
+def choose_counter(name: str) -> TokenCounter:
+    """The counter for ``prompt_tokens: name``."""
     if name not in COUNTERS:
         raise ValueError(f"prompt_tokens={name!r}: must be one of {sorted(COUNTERS)}")
-    if name == "litellm" and not litellm_importable():
-        logger.warning("prompt_tokens: litellm, but LiteLLM is not installed: prompt tokens are estimated as "
-                       "characters / %d", CHARS_PER_TOKEN)
-        name = "chars"
-    return COUNTERS[name], name
+    return COUNTERS[name]

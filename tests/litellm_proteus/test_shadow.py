@@ -30,15 +30,20 @@ class Clock:
         return self.now
 
 
+def admits(budget: DailyBudget) -> bool:
+    """Whether any budget is left today, as a job learns it: a reservation of nothing is admitted."""
+    return budget.reserve(0.0)[0] is not None
+
+
 def test_budget_per_process_stops_at_the_cap_and_starts_again_the_next_utc_day():
     clock = Clock(DAY)
     budget = DailyBudget(0.01, clock=clock)
-    assert not budget.exhausted()
+    assert admits(budget)
     assert budget.charge(0.004) == pytest.approx(0.004) and budget.charge(0.0) == pytest.approx(0.004)
-    assert not budget.exhausted()
-    assert budget.charge(0.007) == pytest.approx(0.011) and budget.exhausted()
+    assert admits(budget)
+    assert budget.charge(0.007) == pytest.approx(0.011) and not admits(budget)
     clock.now = DAY + 86400  # the next UTC day
-    assert utc_day(clock.now) != utc_day(DAY) and budget.spent() == 0.0 and not budget.exhausted()
+    assert utc_day(clock.now) != utc_day(DAY) and budget.spent() == 0.0 and admits(budget)
 
 
 def test_budget_through_redis_is_shared_atomically_and_expires(redis_server):
@@ -51,10 +56,10 @@ def test_budget_through_redis_is_shared_atomically_and_expires(redis_server):
         b.charge(0.0015)
     key = f"t:spend:{utc_day(DAY)}"
     assert float(client.get(key)) == pytest.approx(0.05) and a.spent() == pytest.approx(0.05) == b.spent()
-    assert a.exhausted() and b.exhausted()
+    assert not admits(a) and not admits(b)
     assert 0 < client.ttl(key) <= KEY_TTL_S
     clock.now = DAY + 86400
-    assert not a.exhausted()
+    assert admits(a)
 
 
 def test_budget_counts_locally_while_redis_is_down(redis_server):
@@ -63,8 +68,8 @@ def test_budget_counts_locally_while_redis_is_down(redis_server):
     budget.charge(0.004)
     redis_server.stop()
     assert budget.charge(0.007) == pytest.approx(0.007)  # this process's own count from here on
-    assert not budget.exhausted()
-    assert budget.charge(0.004) == pytest.approx(0.011) and budget.exhausted()
+    assert admits(budget)
+    assert budget.charge(0.004) == pytest.approx(0.011) and not admits(budget)
 
 
 def evaluator(tmp_path, **settings) -> ShadowEvaluator:
@@ -153,7 +158,7 @@ def test_budget_reservation_is_refused_past_the_cap_and_settles_to_the_real_cost
         assert budget.charge(0.001 - 0.004, day2) == pytest.approx(0.007) and budget.spent() == 0.0
         clock.now = DAY
         assert budget.spent() == pytest.approx(0.007) and budget.reserve(0.003)[0] is not None
-        assert budget.exhausted() and budget.reserve(0.0)[0] is None
+        assert budget.spent() == pytest.approx(0.01) and not admits(budget)
     assert 0 < client.ttl(f"t:reserve:{utc_day(DAY)}") <= KEY_TTL_S
 
 

@@ -200,6 +200,15 @@ def _self_peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux
 
 
+def litellm_importable() -> bool:
+    """Whether the proxy section can start real LiteLLM proxies here."""
+    try:
+        import litellm  # noqa: F401
+    except ImportError:  # also what ``sys.modules['litellm'] = None`` raises
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -219,7 +228,6 @@ def run(args: argparse.Namespace) -> int:
     from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, ArtifactError
     from litellm_proteus.model_thread import run_on_model_thread
     from litellm_proteus.predictor import ProteusPredictor
-    from litellm_proteus.token_count import litellm_importable
 
     from .measure import CellBudget, cache_hit, table3
     from .prompts import cut_prompts, default_data_dir, load_prompts

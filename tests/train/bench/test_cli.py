@@ -142,11 +142,12 @@ def test_quick_bench_without_litellm_skips_only_the_proxy(make_artifact, tmp_pat
 
     out = tmp_path / "out"
     argv = ["bench", "--artifact", str(make_artifact()), "--out", str(out), "--quick", "--data", "none",
-            "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "1,2"]
+            "--device", "cpu", "--batches", "1", "--tokens", "32", "--callers", "1,2", "--prompt-tokens", "litellm"]
     done = subprocess.run([sys.executable, "-c", WITHOUT_LITELLM, *argv], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((out / "bench.json").read_text())
     check_common(result, [1], [32], [1, 2])
     assert result["proxy"] is None and "LiteLLM is not installed" in result["skipped"]["proxy"]
+    # --prompt-tokens sets the proxies' counter only: the concurrency engine counts chars, LiteLLM or not
     assert {r["token_counter"] for r in result["concurrency"]} == {"chars"}
     assert "proxy: skipped (LiteLLM is not installed" in done.stdout
