@@ -51,4 +51,9 @@ def choose_counter(name: str) -> TokenCounter:
     """The counter for ``prompt_tokens: name``."""
     if name not in COUNTERS:
         raise ValueError(f"prompt_tokens={name!r}: must be one of {sorted(COUNTERS)}")
+    if name == "litellm":  # fail at start-up, not on every request
+        try:
+            import litellm  # noqa: F401
+        except ImportError as exc:
+            raise ValueError("prompt_tokens='litellm' needs LiteLLM installed; use prompt_tokens='chars'") from exc
     return COUNTERS[name]

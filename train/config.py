@@ -155,7 +155,7 @@ class TrainConfig:
     propensity_weighting: str = option(
         "dr",
         "decision logs: dr (the head refitted on doubly robust pseudo-outcomes, squared error; measured best: "
-        "lowest held-out BCE in 10 of 12 simulated RouterBench-partial logs, docs/learn-from-traffic.md), "
+        "lowest held-out BCE in 10 of 12 runs on simulated RouterBench-partial logs, docs/learn-from-traffic.md), "
         "ips (masked BCE weighted by min(1/propensity, propensity_clip), self-normalised) or none (masked BCE)",
     )
     propensity_clip: float = option(20.0, "largest inverse-propensity weight with --propensity-weighting ips or dr")

@@ -20,6 +20,7 @@ from litellm_proteus.model import ModelConfig, ProteusModel
 
 from .config import TrainConfig
 from .fitting import fit_early_stopping
+from .off_policy import BanditRows
 
 log = logging.getLogger("proteus.train")
 
@@ -93,24 +94,16 @@ def ips_weights(propensity: "np.ndarray | None", clip: float) -> torch.Tensor | 
 def doubly_robust_targets(
     q: np.ndarray, scores: np.ndarray, logged_choice: np.ndarray | None, propensity: np.ndarray | None, clip: float
 ) -> np.ndarray:
-    """Per cell, the doubly robust pseudo-outcome q(x, c) + 1[c = a] * min(1/pi, clip) * (y - q(x, a)).
+    """Per cell, the doubly robust pseudo-outcome (``BanditRows.dr_matrix``) on bandit rows; the
+    observed scores, NaN where unscored, on full-information rows (logged choice -1).
 
     ``q`` ([N, K]): predictions that never saw the row's outcome (out-of-fold, or a head fitted on
-    other rows); ``a``, ``pi``: the logged choice and its propensity.  Its mean over rows is an
-    unbiased estimate of a slot's accuracy when either q or pi is right, and every slot of every
-    bandit row gets a target.  Full-information rows (logged choice -1) keep their observed scores;
-    a bandit row whose choice was never labelled keeps q (its correction term is 0)."""
-    targets = np.array(scores, dtype=np.float64, copy=True)
+    other rows).  Every slot of every bandit row gets a target, and a slot's mean target is
+    unbiased where q or the propensity is right (up to the clip)."""
     if logged_choice is None:
-        return targets
-    rows = np.flatnonzero(np.asarray(logged_choice) >= 0)
-    chosen = np.asarray(logged_choice)[rows].astype(np.int64)
-    weight = np.minimum(1.0 / np.clip(np.asarray(propensity, dtype=np.float64)[rows], 1e-12, 1.0), clip)
-    outcome = scores[rows, chosen]
-    correction = np.where(np.isfinite(outcome), weight * (outcome - q[rows, chosen]), 0.0)
-    targets[rows] = q[rows]
-    targets[rows, chosen] += correction
-    return targets
+        return np.array(scores, dtype=np.float64, copy=True)
+    rows = BanditRows(np.asarray(scores, dtype=np.float64), logged_choice, propensity, clip=clip)
+    return np.where((rows.logged_choice >= 0)[:, None], rows.dr_matrix(np.asarray(q, dtype=np.float64)), scores)
 
 
 def masked_squared_error(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -203,7 +196,7 @@ def fit_doubly_robust_head(
     config: TrainConfig,
     generator: torch.Generator,
 ) -> float:
-    """``--propensity-weighting dr``, stage 2: refit the (masked-BCE) head on doubly robust targets.
+    """``--propensity-weighting dr``, stage 2: refit the stage-1 head on doubly robust targets (squared error).
 
     ``q_train``: out-of-fold predictions for the training rows; the validation rows' q is the
     stage-1 head itself, which never trained on them.  ``bandit_*``: (logged choice, propensity)."""

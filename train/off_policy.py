@@ -77,18 +77,25 @@ class BanditRows:
         if full.any():
             self.labelled_slots |= np.isfinite(self.scores[full]).any(axis=0)
 
+    def dr_matrix(self, q: np.ndarray) -> np.ndarray:
+        """[N, K] doubly robust value of every slot on every row: q(x, c) + 1[c = a] * min(1/pi, clip)
+        * (y - q(x, a)) on bandit rows (q alone where the logged outcome is missing), the observed
+        score on full-information rows (q where that slot was not scored).  Its column means are
+        unbiased where q or pi is right (up to the clip)."""
+        rows = np.flatnonzero(self.logged_choice >= 0)
+        values = np.where(np.isfinite(self.scores), self.scores, q)
+        values[rows] = q[rows]
+        chosen = self.logged_choice[rows]
+        weight = np.minimum(1.0 / self.propensity[rows], self.clip)
+        correction = weight * (self.scores[rows, chosen] - q[rows, chosen])
+        values[rows, chosen] += np.nan_to_num(correction)
+        return values
+
     def dr_terms(self, choice: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-row DR values of a policy choosing ``choice`` ([N]) given predictions ``q`` ([N, K]);
         and the mask of bandit rows whose logged slot equals the choice."""
-        rows = np.arange(len(choice))
-        bandit = self.logged_choice >= 0
-        logged = np.where(bandit, self.logged_choice, 0)
-        y = self.scores[rows, logged]
-        match = bandit & (choice == self.logged_choice)
-        weight = np.minimum(1.0 / self.propensity, self.clip)
-        terms = q[rows, choice] + np.where(match, weight * (np.nan_to_num(y) - q[rows, logged]), 0.0)
-        exact = np.nan_to_num(self.scores[rows, choice], nan=q[rows, choice])  # full-information rows
-        return np.where(bandit, terms, exact), match
+        match = (self.logged_choice >= 0) & (choice == self.logged_choice)
+        return self.dr_matrix(q)[np.arange(len(choice)), choice], match
 
     def head_free_terms(self, choice: np.ndarray) -> np.ndarray:
         """Per row, a value that does not use the head: a bandit row whose logged slot is the choice

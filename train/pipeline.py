@@ -67,7 +67,14 @@ from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
 from .encoding import BUNDLED_ENCODER_DIR, finetune_encoder, training_encoder
 from .manifest import average_tokens, data_record, encoder_spec, training_record, validation_metrics
-from .heads import fit_boosts, fit_doubly_robust_head, fit_performance_head, ips_weights, out_of_fold_predictions
+from .heads import (
+    fit_boosts,
+    fit_doubly_robust_head,
+    fit_performance_head,
+    ips_weights,
+    masked_bce,
+    out_of_fold_predictions,
+)
 from .off_policy import BanditRows
 from .off_policy_calibration import off_policy_calibration
 from .p_calibration import fit_p_calibration
@@ -224,7 +231,10 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
             (data.logged_choice[train_idx], data.propensity[train_idx]), (data.logged_choice[val_idx], data.propensity[val_idx]),
             config, generator,
         )
-        log.info("performance head: doubly robust refit, validation squared error %.4f (BCE below: stage 1)", dr_error)
+        with torch.no_grad():  # the served head's BCE is what the manifest reports
+            stage1_bce, val_bce = val_bce, float(masked_bce(model.performance_logits(model.embed(emb_t[val_idx])), y[val_idx]))
+        log.info("performance head: doubly robust refit, validation squared error %.4f (stage-1 BCE %.4f)", dr_error,
+                 stage1_bce)
     timings["performance_head_s"] = time.perf_counter() - t0
     train_scores = torch.as_tensor(data.scores[train_idx], dtype=torch.float32, device=device)
     quality_accuracy = fit_boosts(model, p_oof, torch.where(torch.isfinite(train_scores), train_scores, p_oof), config)

@@ -17,7 +17,8 @@ from litellm_proteus.token_count import choose_counter, count_prompt_tokens, est
 TEXT = "Which gas do plants absorb from the air during photosynthesis?"
 
 # A fresh interpreter in which ``import litellm`` raises ImportError (as where it is not installed):
-# an engine over the bundled artifact decides one request with ``prompt_tokens: chars``.
+# an engine over the bundled artifact decides one request with ``prompt_tokens: chars``, and one
+# asked for ``prompt_tokens: litellm`` is refused when built.
 WITHOUT_LITELLM = f"""
 import json, sys
 sys.modules['litellm'] = None
@@ -33,7 +34,13 @@ text = {TEXT!r}
 engine = DecisionEngine(predictor.manifest, ProteusConfig(prompt_tokens='chars'), predictor=predictor)
 scored, problems = engine.score_all(deployments)
 routed = engine.decide([DecisionRequest(text, [{{'role': 'user', 'content': text}}], 0.8, scored)])
-print(json.dumps({{'counter': engine.token_counter_name, 'tokens': routed[0].prompt_tokens, 'problems': problems}}))
+try:  # prompt_tokens: litellm without LiteLLM is refused when the engine is built
+    DecisionEngine(predictor.manifest, ProteusConfig(prompt_tokens='litellm'), predictor=predictor)
+    refused = ''
+except ValueError as exc:
+    refused = str(exc)
+print(json.dumps({{'counter': engine.token_counter_name, 'tokens': routed[0].prompt_tokens, 'problems': problems,
+                  'refused': refused}}))
 """
 
 
@@ -51,4 +58,5 @@ def test_the_chars_counter_routes_without_litellm():
     done = subprocess.run([sys.executable, "-c", WITHOUT_LITELLM], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"counter": "chars", "tokens": estimate_prompt_tokens(None, TEXT), "problems": []}
+    assert result == {"counter": "chars", "tokens": estimate_prompt_tokens(None, TEXT), "problems": [],
+                      "refused": "prompt_tokens='litellm' needs LiteLLM installed; use prompt_tokens='chars'"}
