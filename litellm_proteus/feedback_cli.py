@@ -1,7 +1,7 @@
 """``proteus feedback CALL_ID SCORE``: record an outcome score for one routed request.
 
 ``--url PROXY`` posts it to the proxy's ``/proteus/feedback`` (with ``--api-key``, default
-``$LITELLM_API_KEY``): the controller sees it and the proxy logs it.  ``--log DIR`` appends it to a
+``$LITELLM_API_KEY``, else ``$LITELLM_MASTER_KEY``): the controller sees it and the proxy logs it.  ``--log DIR`` appends it to a
 decision log folder offline (for training and ``proteus compliance``).  Refusals (unknown call id,
 score outside [0, 1], duplicate, late) end with ``error: ...`` and exit status 2.
 """
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="proxy base URL, e.g. http://127.0.0.1:4000")
     where.add_argument("--log", metavar="DIR", help="decision log directory (offline)")
-    parser.add_argument("--api-key", default=None, help="key for --url (default: $LITELLM_API_KEY)")
+    parser.add_argument("--api-key", default=None, help="key for --url (default: $LITELLM_API_KEY, else $LITELLM_MASTER_KEY)")
     parser.add_argument("--source", default="cli", help="who scored it (default: cli)")
     parser.add_argument("--max-age-s", type=float, default=None, help="with --log: refuse feedback for older decisions")
 
@@ -33,9 +33,9 @@ def run(args: argparse.Namespace) -> int:
         decision = append_to_log_dir(args.log, args.call_id, args.score, args.source, args.max_age_s)
         answer = {"call_id": decision["call_id"], "state_key": decision.get("state_key"), "score": args.score}
     else:
-        answer = send_feedback(
-            args.call_id, args.score, url=args.url, api_key=args.api_key or os.environ.get("LITELLM_API_KEY"),
-            source=args.source,
-        )
+        api_key = args.api_key or os.environ.get("LITELLM_API_KEY") or os.environ.get("LITELLM_MASTER_KEY")
+        if not api_key:  # the proxy would refuse it (LiteLLM answers a missing key with an error page)
+            raise ValueError("--url needs a proxy key: --api-key, $LITELLM_API_KEY or $LITELLM_MASTER_KEY")
+        answer = send_feedback(args.call_id, args.score, url=args.url, api_key=api_key, source=args.source)
     print(json.dumps(answer))
     return 0

@@ -402,14 +402,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def headline(metrics: dict) -> dict:
-    """Per scenario and tier: tau, accuracy after the shift static vs with the controller, cost change."""
+    """Per scenario and tier: tau, accuracy after the shift static vs at the top operating point, and per
+    label share with the controller: accuracy after the shift, requests to compliance, cost vs static,
+    share flagged infeasible."""
     out = {}
     for scenario, body in metrics["scenarios"].items():
         for tier, r in body["tiers"].items():
             row = {"tau": r["tau"], "static": r["static"]["accuracy_after_shift"], "top": r["top_accuracy_after_shift"]}
             for label, s in r.items():
                 if label.startswith("labels"):
-                    row[label] = (s["accuracy_after_shift"], s["requests_to_compliance"], s["cost_vs_static"],
-                                  s["infeasible_share_after_shift"])
+                    row[label] = {"accuracy": s["accuracy_after_shift"], "requests_to_compliance": s["requests_to_compliance"],
+                                  "cost_vs_static": s["cost_vs_static"], "infeasible_share": s["infeasible_share_after_shift"]}
             out[f"{scenario}/{tier}"] = row
     return out

@@ -46,7 +46,8 @@ ask sk-carol 0.95               # above its tier: capped (x-proteus-tau-capped: 
 ask sk-alice-premium 0.95       # premium may raise (allow_raise), clamped to the trained range
 ask sk-dave                     # the default tier
 
-# 2. Redis goes away: requests are still served, with the default tier (and a warning in the log).
+# 2. Redis goes away: requests are still served; a key keeps the tier it was last seen with
+#    (stale-if-error), a key never seen gets the default tier, and the log says so once.
 kill "$REDIS_PID"; sleep 6      # > cache_ttl_s
 ask sk-carol
 grep -m1 "tier lookup failed" /tmp/proteus-walkthrough.log || true

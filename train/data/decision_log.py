@@ -180,7 +180,8 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
     if missing_prompt:
         raise ValueError(
             f"{missing_prompt[0]}: decision has no 'prompt' ({len(missing_prompt)} of {len(rows)} decisions); training "
-            "needs the prompt text: set log_prompts: true in the proxy's decision_log settings"
+            "and evaluating from a decision log need the prompt text (the encoder reads it): set log_prompts: true "
+            "in the proxy's decision_log settings"
         )
     models = _slots(rows)
     index = {m: j for j, m in enumerate(models)}

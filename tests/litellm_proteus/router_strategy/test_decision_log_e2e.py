@@ -87,8 +87,10 @@ def test_every_answered_request_is_in_the_log_with_its_outcome(logged_proxy):
     assert unmanaged.headers["x-litellm-call-id"] not in wait_for_log(logged_proxy, [], 0)
 
 
-def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_realised_gauge(logged_proxy, monkeypatch):
+def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_realised_gauge(logged_proxy, monkeypatch,
+                                                                                          capsys):
     monkeypatch.delenv("LITELLM_API_KEY", raising=False)
+    monkeypatch.delenv("LITELLM_MASTER_KEY", raising=False)
     response = logged_proxy.chat("sk-alice")
     call_id = response.headers["x-litellm-call-id"]
     wait_for_log(logged_proxy, [call_id])
@@ -126,7 +128,12 @@ def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_real
     wait_for_log(logged_proxy, [third])
     assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base, "--api-key", "sk-dave"]) == 0
     assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base, "--api-key", "sk-dave"]) == 2  # duplicate
-    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base]) == 2  # no key: 401
+    capsys.readouterr()
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base]) == 2  # no key: refused before any call
+    assert "error: --url needs a proxy key: --api-key, $LITELLM_API_KEY or $LITELLM_MASTER_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("LITELLM_MASTER_KEY", "sk-not-a-key")
+    assert proteus_cli(["feedback", third, "0", "--url", logged_proxy.base]) == 2  # the master key is tried: refused
+    assert "proxy refused the feedback (HTTP 4" in capsys.readouterr().err
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         rows = {row.call_id: row for row in join_log(log_dir(logged_proxy))}
