@@ -143,9 +143,11 @@ def failed_deployment_ids(*metadatas: Mapping[str, Any] | None) -> list[str]:
     return ids
 
 
-def check_shape(messages: Any = None, input: Any = None) -> None:
-    """``messages`` is a list (or absent), ``input`` a string or a list (or absent)."""
-    if messages is not None and not isinstance(messages, (list, tuple)):
+def check_shape(messages: Any = None, input: Any = None, empty_messages: bool = True) -> None:
+    """``messages`` is a list (or absent), ``input`` a string or a list (or absent).  ``empty_messages``
+    False: a client's body with ``messages: []`` is refused too (nothing to route on, and providers
+    refuse it); the router itself may be handed an empty list by LiteLLM's other endpoints."""
+    if messages is not None and (not isinstance(messages, (list, tuple)) or (not empty_messages and not messages)):
         raise RequestShapeError(
             "messages", f"messages must be a JSON array of messages, e.g. [{{\"role\": \"user\", \"content\": \"hi\"}}]; got {short_repr(messages)}"
         )

@@ -82,7 +82,7 @@ class ProteusHook(CustomLogger):
         except TauError as exc:
             raise bad_request(f"invalid metadata.tau: {exc}", "tau") from exc
         try:
-            check_shape(data.get("messages"), data.get("input"))
+            check_shape(data.get("messages"), data.get("input"), empty_messages=False)
         except RequestShapeError as exc:
             raise bad_request(str(exc), exc.field) from exc
         return data

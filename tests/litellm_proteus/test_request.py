@@ -62,6 +62,13 @@ def test_wrong_shapes_name_their_field(messages, input, field):
     check_shape(MESSAGES, "a string")  # the right shapes pass
 
 
+def test_a_client_body_with_no_messages_is_refused_but_the_router_may_get_an_empty_list():
+    with pytest.raises(RequestShapeError, match="messages must be a JSON array of messages") as info:
+        check_shape([], None, empty_messages=False)
+    assert info.value.field == "messages"
+    check_shape([], None)  # LiteLLM's router path
+
+
 def test_short_repr_survives_what_repr_cannot():
     deep: list = []
     for _ in range(5000):

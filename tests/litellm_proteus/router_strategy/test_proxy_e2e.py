@@ -313,6 +313,7 @@ def test_master_key_works_as_on_a_stock_proxy(proxy, module_redis_server):
 
 @pytest.mark.parametrize("path, body, field", [
     (CHAT, {"messages": 5}, "messages"),
+    (CHAT, {"messages": []}, "messages"),
     ("/v1/responses", {"input": {"text": "hi"}}, "input"),
     ("/v1/embeddings", {"input": 5}, "input"),
 ])
