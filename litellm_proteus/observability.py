@@ -33,6 +33,18 @@ decision_logger = logging.getLogger("litellm_proteus.decisions")
 HEADER_PREFIX = "x-proteus-"
 
 
+def operating_point_label(rule: str, policy_tau: float | None, models: list[str]) -> str:
+    """The header form of a decision's operating point: ``policy@<calibrated policy tau>``,
+    ``slot:<model>``, ``quality`` or ``cluster`` (x-proteus-model names the cluster's model).  Why a
+    prompt may get a cheaper model at a higher tau: the points differ per prompt, not on average."""
+    kind, _, rest = rule.partition(":")
+    if kind == "policy":
+        return "policy" if policy_tau is None else f"policy@{policy_tau:.4f}"
+    if kind == "slot" and rest.isdigit() and int(rest) < len(models):
+        return f"slot:{models[int(rest)]}"
+    return kind
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     """What the strategy stores in the request's metadata (``metadata["proteus"]``)."""
@@ -57,6 +69,7 @@ class DecisionRecord:
     delta: float = 0.0  # compliance controller's tau offset
     infeasible: bool = False
     state_key: str = ""  # compliance controller state (tier:<name> | tau:<bucket>)
+    operating_point: str = ""  # the calibrated point that decided (operating_point_label); "" = not recorded
 
     def headers(self) -> dict[str, str]:
         headers = {
@@ -77,6 +90,8 @@ class DecisionRecord:
             headers["x-proteus-tau-requested"] = f"{self.tau_requested:.4g}"
         if self.device:
             headers["x-proteus-device"] = self.device
+        if self.operating_point:
+            headers["x-proteus-operating-point"] = self.operating_point
         return headers
 
     def to_dict(self) -> dict[str, Any]:

@@ -37,7 +37,14 @@ from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
 from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
-from ..observability import DecisionRecord, RateLimitedWarnings, log_decision, record_metrics, record_tier_error
+from ..observability import (
+    DecisionRecord,
+    RateLimitedWarnings,
+    log_decision,
+    operating_point_label,
+    record_metrics,
+    record_tier_error,
+)
 from ..tiers import TierStore, TierStoreError, hash_key
 from . import serving_log
 from .compat import get_parent_otel_span_from_kwargs, model_from_alias
@@ -314,6 +321,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             delta=control.delta,
             infeasible=control.infeasible,
             state_key=control.state_key,
+            operating_point=operating_point_label(decision.rule, decision.policy_tau, self.engine.predictor.models),
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
         if not isinstance(request_kwargs.get(metadata_key), dict):

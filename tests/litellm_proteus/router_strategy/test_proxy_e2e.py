@@ -167,6 +167,8 @@ def test_tau_in_metadata_changes_the_served_deployment(proxy):
     assert (high.headers["x-proteus-tau"], high.headers["x-proteus-tau-source"]) == ("0.9", "request")
     assert float(high.headers["x-proteus-mu"]) > float(low.headers["x-proteus-mu"])
     assert low.headers["x-proteus-device"] == "cpu"  # the device that decided (device: auto on a CPU host)
+    point = high.headers["x-proteus-operating-point"]  # which calibrated point decided
+    assert point.split("@")[0].split(":")[0] in {"policy", "slot", "quality", "cluster"}, point
 
 
 def test_key_and_team_metadata_tiers(proxy):
