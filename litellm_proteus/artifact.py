@@ -152,7 +152,8 @@ class SlotCalibration(BaseModel):
             return np.interp(p, self.x, self.y)
         if self.method == "platt":
             clipped = np.clip(p, 1e-6, 1 - 1e-6)
-            return 1.0 / (1.0 + np.exp(-(self.a * np.log(clipped / (1 - clipped)) + self.b)))
+            z = self.a * np.log(clipped / (1 - clipped)) + self.b
+            return 1.0 / (1.0 + np.exp(-np.clip(z, -700.0, 700.0)))  # exp(700) is finite: same values, no overflow
         return np.asarray(p, dtype=np.float64)
 
 

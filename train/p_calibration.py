@@ -37,6 +37,9 @@ def expected_calibration_error(p: np.ndarray, y: np.ndarray, bins: int = 10) -> 
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:
+    """Mean binary log-loss; NaN for no rows (a slot no label ever scored)."""
+    if len(p) == 0:
+        return float("nan")
     p = np.clip(np.asarray(p, dtype=np.float64), EPS, 1 - EPS)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
@@ -66,7 +69,7 @@ def fit_platt(p: np.ndarray, y: np.ndarray, iterations: int = 50) -> SlotCalibra
     x = np.stack([np.log(clipped / (1 - clipped)), np.ones_like(clipped)], axis=1)
     w = np.array([1.0, 0.0])
     for _ in range(iterations):
-        q = 1.0 / (1.0 + np.exp(-(x @ w)))
+        q = 0.5 * (1.0 + np.tanh(0.5 * (x @ w)))  # the logistic, without exp overflow on separable data
         grad = x.T @ (q - y) + 1e-6 * w
         hess = (x * (q * (1 - q))[:, None]).T @ x + 1e-6 * np.eye(2)
         step = np.linalg.solve(hess, grad)

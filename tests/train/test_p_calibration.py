@@ -4,6 +4,7 @@ the runtime applying it to the reported p while routing on the raw p."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -55,6 +56,18 @@ def test_choice_per_slot_by_cross_validated_log_loss():
     assert cal.metrics["per_slot"]["0"]["ece_after_in_sample"] < cal.metrics["per_slot"]["0"]["ece_before"]
     losses = cal.metrics["per_slot"]["1"]["cv_log_loss"]
     assert losses[cal.slots[1].method] == min(losses.values())
+
+
+def test_an_unlabelled_slot_and_separable_outcomes_fit_without_numpy_warnings():
+    """A decision log may never label a slot, and a slot's few labels may be separable by p."""
+    p = np.linspace(0.05, 0.95, 200)
+    scores = np.stack([(p > 0.5).astype(float), np.full(200, np.nan)], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        cal = fit_p_calibration(np.stack([p, p], axis=1), scores, fitted_on="test")
+        separable = fit_platt(p, scores[:, 0])
+    assert cal.slots[1].method == "identity" and np.isnan(cal.metrics["per_slot"]["1"]["cv_log_loss"]["identity"])
+    assert separable.a > 10  # steep, and finite
 
 
 def test_manifest_field_is_optional_and_checked(make_artifact):
