@@ -41,6 +41,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .quality_breaker import BreakerSettings
+
 logger = logging.getLogger("litellm_proteus.compliance")
 Z_95 = 1.96  # two-sided 95 %: the realised accuracy's bounds
 CLIENT_NAME_PREFIX = "proteus-compliance-"
@@ -74,6 +76,7 @@ class ComplianceSettings(BaseModel):
     ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
     retry_after_s: float = Field(10.0, ge=0, le=3600, description="after a Redis failure, local state for this long")
     key_prefix: str = "proteus:compliance:"
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings, description="the quality breaker (quality_breaker.py)")
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,7 @@ class LocalBackend:
     def __init__(self, settings: ComplianceSettings, margin: float):
         self.s, self.margin = settings, margin
         self._states: dict[str, WindowState] = {}
+        self._residuals: dict[str, deque] = {}  # deployment id -> its last feedback residuals (the breaker)
         self._lock = threading.Lock()
 
     def state(self, key: str) -> WindowState:
@@ -194,6 +198,17 @@ class LocalBackend:
                 state.n_labels -= 1
                 state.sum_res -= old_y - old_p
                 state.sum_y -= old_y
+
+    def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
+        with self._lock:
+            values = self._residuals.setdefault(deployment_id, deque(maxlen=window))
+            values.append(residual)
+
+    def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:
+        """Per deployment: (labels, sum of residuals, sum of their squares)."""
+        with self._lock:
+            windows = {d: list(self._residuals.get(d, ())) for d in deployment_ids}
+        return {d: (len(r), sum(r), sum(x * x for x in r)) for d, r in windows.items()}
 
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
@@ -272,6 +287,23 @@ return {tostring(num('delta')), tostring(num('infeasible'))}
 """
 
 
+# KEYS: hash, residual list.  ARGV: residual, window, ttl_s.  The window's sums change only here.
+_RESIDUAL_LUA = """
+local h, l = KEYS[1], KEYS[2]
+local r, window, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('RPUSH', l, ARGV[1])
+redis.call('HINCRBYFLOAT', h, 'sum', r)
+redis.call('HINCRBYFLOAT', h, 'sum_sq', r * r)
+while redis.call('LLEN', l) > window do
+  local old = tonumber(redis.call('LPOP', l))
+  redis.call('HINCRBYFLOAT', h, 'sum', -old)
+  redis.call('HINCRBYFLOAT', h, 'sum_sq', -old * old)
+end
+redis.call('EXPIRE', h, ttl); redis.call('EXPIRE', l, ttl)
+return 1
+"""
+
+
 class RedisBackend:
     """State in Redis, shared by every worker and instance; each call one round trip."""
 
@@ -286,6 +318,7 @@ class RedisBackend:
             client_name=f"{CLIENT_NAME_PREFIX}{os.getpid()}",
         )
         self._script = self.client.register_script(_LUA)
+        self._residual_script = self.client.register_script(_RESIDUAL_LUA)
 
     def _keys(self, key: str) -> list[str]:
         base = self.s.key_prefix + key
@@ -306,6 +339,22 @@ class RedisBackend:
 
     def feedback(self, key: str, p: float, y: float) -> None:
         self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y, self.margin))
+
+    def _residual_keys(self, deployment_id: str) -> list[str]:
+        base = f"{self.s.key_prefix}deployment:{deployment_id}"
+        return [base, base + ":residuals"]
+
+    def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
+        self._residual_script(keys=self._residual_keys(deployment_id), args=[repr(float(residual)), window, self.s.ttl_s])
+
+    def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:
+        pipe = self.client.pipeline(transaction=False)
+        for d in deployment_ids:
+            h, lst = self._residual_keys(d)
+            pipe.hmget(h, "sum", "sum_sq").llen(lst)
+        values = pipe.execute()
+        return {d: (int(values[2 * i + 1]), float(values[2 * i][0] or 0.0), float(values[2 * i][1] or 0.0))
+                for i, d in enumerate(deployment_ids)}
 
     def state(self, key: str) -> WindowState:
         h, dl, ll = self._keys(key)
@@ -388,6 +437,13 @@ class ComplianceController:
             raise ValueError(f"outcome must be in [0, 1]; got {outcome!r}")
         if self.settings.enabled:
             self._call("feedback", state_key, float(p_chosen), float(outcome))
+
+    def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
+        """A feedback label's residual (label - calibrated p) for the quality breaker."""
+        self._call("record_residual", deployment_id, residual, window)
+
+    def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:
+        return self._call("residual_stats", deployment_ids)
 
     def snapshot(self, state_key: str) -> dict[str, Any]:
         state: WindowState = self._call("state", state_key)

@@ -6,6 +6,7 @@
   decisions, with ``proteus_realised_labels{state_key}`` labels behind it;
 - ``proteus_delta{state_key}`` and ``proteus_infeasible{state_key}`` (0/1): the compliance
   controller's tau offset and infeasible flag;
+- ``proteus_breaker_open{deployment}`` (0/1): whether the quality breaker leaves the deployment out;
 - ``proteus_decision_log_dropped_total``: records the decision log's full queue dropped.
 
 With a compliance controller on the strategy (``strategy.compliance``), every gauge is read from its
@@ -54,9 +55,19 @@ class _Gauges:
         self.delta = gauge("proteus_delta", "compliance controller tau offset")
         self.infeasible = gauge("proteus_infeasible", "1 when the tier's tau cannot be reached on the current window")
         self.dropped = Counter("proteus_decision_log_dropped", "decision log records dropped (writer queue full)")
+        self.breaker = Gauge("proteus_breaker_open", "1 while the quality breaker leaves the deployment out",
+                             ["deployment"], multiprocess_mode="livemostrecent")
 
 
 gauges = optional_metrics(_Gauges)
+
+
+def record_breaker(opened: dict[str, bool]) -> None:
+    """The quality breaker's verdict per deployment, as last read."""
+    m = gauges()
+    if m is not None:
+        for deployment, is_open in opened.items():
+            m.breaker.labels(deployment).set(1.0 if is_open else 0.0)
 
 
 def _window(state_key: str) -> _Window:

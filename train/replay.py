@@ -155,8 +155,10 @@ def replay_stream(
 ) -> Trace:
     """Serve ``rows`` of ``split`` (embeddings, scores, costs, draws) at ``tau``; ``controller``
     None routes every request at ``fixed_delta``.  ``degradation``: the outcomes a degraded slot
-    realises (predictions unchanged)."""
+    realises (predictions unchanged).  With the controller's ``breaker`` enabled, each slot plays one
+    deployment (its id: the slot number) for the quality breaker."""
     from litellm_proteus.predictor import Candidate
+    from litellm_proteus.quality_breaker import QualityBreaker
 
     n, k = len(rows), split.scores.shape[1]
     labelled = np.random.default_rng(seed).random(n) < label_fraction
@@ -165,22 +167,26 @@ def replay_stream(
     kept = degradation.keep(n) if degradation is not None else None
     delivered = 0
     step = batch if controller is not None else n
+    breaker = QualityBreaker(controller.settings.breaker, controller) if controller is not None else None
     p_ref = predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)
     for start in range(0, n, step):
         if controller is not None:
             while delivered < n and delivered + label_delay <= start:
                 if labelled[delivered]:
                     controller.record_feedback(key, tau, out.p_chosen[delivered], out.correct[delivered])
+                    breaker.record(str(out.slot[delivered]), out.correct[delivered] - out.p_chosen[delivered])
                 delivered += 1
             control = controller.control(key, tau)
             delta, infeasible = control.delta, control.infeasible
+            left_out = breaker.open_ids([str(s) for s in range(k)])
         else:
-            delta, infeasible = fixed_delta, False
+            delta, infeasible, left_out = fixed_delta, False, set()
+        slots = [s for s in range(k) if str(s) not in left_out] or list(range(k))
         idx = rows[start : start + step]
         decisions = predictor.decide_embeddings(
             split.emb[idx],
             [tau] * len(idx),
-            [[Candidate(s, float(split.costs[r, s])) for s in range(k)] for r in idx],
+            [[Candidate(s, float(split.costs[r, s])) for s in slots] for r in idx],
             split.draws[idx] if predictor.mix_operating_points else None,
             [delta] * len(idx),
         )

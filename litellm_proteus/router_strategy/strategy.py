@@ -31,12 +31,14 @@ from litellm.types.router import CustomRoutingStrategyBase
 
 from ..artifact import DEFAULT_ARTIFACT_DIR
 from ..compliance import Control, shared_controller, state_key_for
+from ..costs import deployment_id
 from ..decision_log import chosen_p
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
 from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
+from ..quality_breaker import QualityBreaker
 from ..observability import (
     DecisionRecord,
     RateLimitedWarnings,
@@ -135,6 +137,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             redis.timeout_ms / 1000.0 if redis else 0.05,
             engine.manifest.calibration.margin,
         )
+        self.breaker = QualityBreaker(config.compliance.breaker, self.compliance)
 
     @property
     def router(self) -> Any:
@@ -288,6 +291,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             raise await async_raise_no_deployment_exception(
                 litellm_router_instance=self.router, model=model, parent_otel_span=span
             )
+        if self.breaker.settings.enabled:
+            scored = await self._without_open_breakers(scored)
         tier = await self._tier(request)
         resolution = resolve_tau(self.config, request.tau, tier)
         control = await self._off_loop(self._control, resolution)
@@ -302,7 +307,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         chosen = scored[decision.index]
         record = DecisionRecord(
             model_group=model,
-            deployment_id=str((chosen.deployment.get("model_info") or {}).get("id", "")),
+            deployment_id=deployment_id(chosen.deployment),
             model=decision.model,
             tau=decision.tau_effective,
             tau_requested=resolution.requested if resolution.requested is not None else resolution.tau,
@@ -333,11 +338,20 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         serving_log.log_routed(self, request_kwargs, model, resolution, routed, scored, request, control)
         return chosen.deployment
 
+    async def _without_open_breakers(self, scored: list) -> list:
+        """The candidates the quality breaker has not left out (all of them if it left out every one)."""
+        ids = [deployment_id(s.deployment) for s in scored]
+        out = await self._off_loop(self.breaker.open_ids, ids)
+        kept = [s for s, d in zip(scored, ids) if d not in out]
+        return kept or scored
+
     def on_feedback(self, decision_record: dict, score: float) -> None:
         """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
         self.compliance.record_feedback(  # first: the gauges then read the controller's updated window
             decision_record["state_key"], decision_record["tau"], chosen_p(decision_record), score
         )
+        chosen = decision_record["candidates"][decision_record["chosen"]]
+        self.breaker.record(str(chosen.get("deployment_id") or ""), score - float(chosen["p"]))
         serving_log.on_feedback(self, decision_record, score)
 
     async def _off_loop(self, fn: Any, *args: Any) -> Any:

@@ -161,3 +161,39 @@ def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(
         call_ids.append(response.headers["x-litellm-call-id"])
     rows = wait_for_log(logged_proxy, call_ids)
     assert all(rows[c].outcome is not None and rows[c].outcome["success"] for c in call_ids)
+
+
+@pytest.fixture(scope="module")
+def breaker_proxy(tmp_path_factory, steerable_artifact, module_redis_server):
+    """Two workers with the quality breaker on; its own Redis prefixes, so no other test's state mixes in."""
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    workdir = tmp_path_factory.mktemp("breaker-proxy")
+    config = proxy_config(steerable_artifact, module_redis_server.url)
+    args = config["router_settings"]["routing_strategy_args"]
+    args["decision_log"] = {"dir": str(workdir / "log"), "redis_key_prefix": "proteus:breaker-test:decision:"}
+    args["compliance"] = {"key_prefix": "proteus:breaker-test:", "breaker": {"enabled": True, "min_labels": 5, "refresh_s": 0}}
+    proxy = Proxy(workdir, config, extra_args=("--num_workers", "2", "--timeout_worker_healthcheck", "120"),
+                  env={"PROMETHEUS_MULTIPROC_DIR": str(workdir / "prometheus")})
+    proxy.wait_ready()
+    yield proxy
+    proxy.stop()
+
+
+def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(breaker_proxy, module_redis_server):
+    import redis
+
+    first = [breaker_proxy.chat("sk-alice") for _ in range(6)]  # premium, tau 0.9: the artifact sends these to gpt-4
+    assert {r.json()["choices"][0]["message"]["content"] for r in first} == {"served by gpt-4"}
+    gpt4_id = first[0].headers["x-litellm-model-id"]
+    call_ids = [r.headers["x-litellm-call-id"] for r in first]
+    wait_for_log(breaker_proxy, call_ids)
+    for call_id in call_ids:  # every answer was wrong: 6 labels far below gpt-4's predicted p
+        send_feedback(call_id, 0.0, url=breaker_proxy.base, api_key="sk-alice")
+    client = redis.Redis.from_url(module_redis_server.url, decode_responses=True)
+    assert client.llen(f"proteus:breaker-test:deployment:{gpt4_id}:residuals") == 6  # one shared window
+    after = [breaker_proxy.chat("sk-alice") for _ in range(8)]  # the proxy runs 2 workers
+    assert all(r.status_code == 200 for r in after)
+    assert {r.json()["choices"][0]["message"]["content"] for r in after} == {"served by mixtral"}
+    assert f"quality breaker: deployment {gpt4_id} is left out" in breaker_proxy.log()
+    assert re.search(rf'^proteus_breaker_open\{{deployment="{gpt4_id}"\}} 1\.0$', metrics(breaker_proxy), re.M)
