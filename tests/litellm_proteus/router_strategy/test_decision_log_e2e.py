@@ -22,21 +22,25 @@ KEYS_BY_TIER = {"premium": "sk-alice", "economy": "sk-bob", "standard": "sk-dave
 TIER_TAU = {"premium": 0.9, "standard": 0.85, "economy": 0.7}  # proxy_config's tiers
 
 
-@pytest.fixture(scope="module")
-def logged_proxy(tmp_path_factory, steerable_artifact, module_redis_server):
+def two_worker_proxy(tmp_path_factory, artifact, redis_url: str, name: str, **strategy_args):
+    """A proxy with ``--num_workers 2``, the decision log in its workdir, and ``strategy_args`` added."""
     if LITELLM is None:
         pytest.skip("the litellm console script is not installed")
-    workdir = tmp_path_factory.mktemp("logged-proxy")
-    config = proxy_config(steerable_artifact, module_redis_server.url)
-    config["router_settings"]["routing_strategy_args"]["decision_log"] = {
-        "dir": str(workdir / "log"),
-        "redis_stream": "proteus:decisions",
-        "log_responses": True,
-    }
-    proxy = Proxy(
+    workdir = tmp_path_factory.mktemp(name)
+    config = proxy_config(artifact, redis_url)
+    args = config["router_settings"]["routing_strategy_args"]
+    args.update(strategy_args)
+    args["decision_log"] = {"dir": str(workdir / "log"), **args.get("decision_log", {})}
+    return Proxy(
         workdir, config, extra_args=("--num_workers", "2", "--timeout_worker_healthcheck", "120"),  # torch loads slowly on a busy machine
         env={"PROMETHEUS_MULTIPROC_DIR": str(workdir / "prometheus")},  # not the shared /tmp default
     )
+
+
+@pytest.fixture(scope="module")
+def logged_proxy(tmp_path_factory, steerable_artifact, module_redis_server):
+    proxy = two_worker_proxy(tmp_path_factory, steerable_artifact, module_redis_server.url, "logged-proxy",
+                             decision_log={"redis_stream": "proteus:decisions", "log_responses": True})
     proxy.wait_ready()
     yield proxy
     proxy.stop()
@@ -163,24 +167,20 @@ def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(
     assert all(rows[c].outcome is not None and rows[c].outcome["success"] for c in call_ids)
 
 
-@pytest.fixture(scope="module")
-def breaker_proxy(tmp_path_factory, steerable_artifact, module_redis_server):
-    """Two workers with the quality breaker on; its own Redis prefixes, so no other test's state mixes in."""
-    if LITELLM is None:
-        pytest.skip("the litellm console script is not installed")
-    workdir = tmp_path_factory.mktemp("breaker-proxy")
-    config = proxy_config(steerable_artifact, module_redis_server.url)
-    args = config["router_settings"]["routing_strategy_args"]
-    args["decision_log"] = {"dir": str(workdir / "log"), "redis_key_prefix": "proteus:breaker-test:decision:"}
-    args["compliance"] = {"key_prefix": "proteus:breaker-test:", "breaker": {"enabled": True, "min_labels": 5, "refresh_s": 0}}
-    proxy = Proxy(workdir, config, extra_args=("--num_workers", "2", "--timeout_worker_healthcheck", "120"),
-                  env={"PROMETHEUS_MULTIPROC_DIR": str(workdir / "prometheus")})
+@pytest.fixture
+def breaker_proxy(tmp_path_factory, steerable_artifact, redis_server):
+    """The quality breaker on, with a Redis of its own (another test here kills the module's)."""
+    proxy = two_worker_proxy(
+        tmp_path_factory, steerable_artifact, redis_server.url, "breaker-proxy",
+        decision_log={"redis_key_prefix": "proteus:breaker-test:decision:"},
+        compliance={"key_prefix": "proteus:breaker-test:", "breaker": {"enabled": True, "min_labels": 5, "refresh_s": 0}},
+    )
     proxy.wait_ready()
     yield proxy
     proxy.stop()
 
 
-def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(breaker_proxy, module_redis_server):
+def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(breaker_proxy, redis_server):
     import redis
 
     first = [breaker_proxy.chat("sk-alice") for _ in range(6)]  # premium, tau 0.9: the artifact sends these to gpt-4
@@ -190,7 +190,7 @@ def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(br
     wait_for_log(breaker_proxy, call_ids)
     for call_id in call_ids:  # every answer was wrong: 6 labels far below gpt-4's predicted p
         send_feedback(call_id, 0.0, url=breaker_proxy.base, api_key="sk-alice")
-    client = redis.Redis.from_url(module_redis_server.url, decode_responses=True)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     assert client.llen(f"proteus:breaker-test:deployment:{gpt4_id}:residuals") == 6  # one shared window
     after = [breaker_proxy.chat("sk-alice") for _ in range(8)]  # the proxy runs 2 workers
     assert all(r.status_code == 200 for r in after)
