@@ -153,13 +153,34 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
     state.infeasible = state.sum_best / state.n + residual < tau
 
 
+@dataclass
+class ResidualWindow:
+    """One deployment's last feedback residuals with running sums (what the Lua script keeps in Redis)."""
+
+    values: deque = field(default_factory=deque)
+    total: float = 0.0
+    total_sq: float = 0.0
+
+    def add(self, residual: float, window: int) -> None:
+        self.values.append(residual)
+        self.total += residual
+        self.total_sq += residual * residual
+        while len(self.values) > window:
+            old = self.values.popleft()
+            self.total -= old
+            self.total_sq -= old * old
+
+    def stats(self) -> tuple[int, float, float]:
+        return len(self.values), self.total, self.total_sq
+
+
 class LocalBackend:
     """This process's own state (also the fallback when Redis fails)."""
 
     def __init__(self, settings: ComplianceSettings, margin: float):
         self.s, self.margin = settings, margin
         self._states: dict[str, WindowState] = {}
-        self._residuals: dict[str, deque] = {}  # deployment id -> its last feedback residuals (the breaker)
+        self._residuals: dict[str, ResidualWindow] = {}  # deployment id -> its feedback residuals (the breaker)
         self._lock = threading.Lock()
 
     def state(self, key: str) -> WindowState:
@@ -201,14 +222,16 @@ class LocalBackend:
 
     def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
         with self._lock:
-            values = self._residuals.setdefault(deployment_id, deque(maxlen=window))
-            values.append(residual)
+            self._residuals.setdefault(deployment_id, ResidualWindow()).add(residual, window)
 
     def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:
         """Per deployment: (labels, sum of residuals, sum of their squares)."""
         with self._lock:
-            windows = {d: list(self._residuals.get(d, ())) for d in deployment_ids}
-        return {d: (len(r), sum(r), sum(x * x for x in r)) for d, r in windows.items()}
+            return {d: self._residuals.get(d, ResidualWindow()).stats() for d in deployment_ids}
+
+    def clear_residuals(self, deployment_id: str) -> None:
+        with self._lock:
+            self._residuals.pop(deployment_id, None)
 
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
@@ -348,13 +371,16 @@ class RedisBackend:
         self._residual_script(keys=self._residual_keys(deployment_id), args=[repr(float(residual)), window, self.s.ttl_s])
 
     def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=True)  # n and the sums of one moment
         for d in deployment_ids:
             h, lst = self._residual_keys(d)
             pipe.hmget(h, "sum", "sum_sq").llen(lst)
         values = pipe.execute()
         return {d: (int(values[2 * i + 1]), float(values[2 * i][0] or 0.0), float(values[2 * i][1] or 0.0))
                 for i, d in enumerate(deployment_ids)}
+
+    def clear_residuals(self, deployment_id: str) -> None:
+        self.client.delete(*self._residual_keys(deployment_id))
 
     def state(self, key: str) -> WindowState:
         h, dl, ll = self._keys(key)
@@ -444,6 +470,10 @@ class ComplianceController:
 
     def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:
         return self._call("residual_stats", deployment_ids)
+
+    def clear_residuals(self, deployment_id: str) -> None:
+        """The breaker's cooldown is over: the deployment's window starts afresh."""
+        self._call("clear_residuals", deployment_id)
 
     def snapshot(self, state_key: str) -> dict[str, Any]:
         state: WindowState = self._call("state", state_key)

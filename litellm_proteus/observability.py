@@ -70,6 +70,7 @@ class DecisionRecord:
     infeasible: bool = False
     state_key: str = ""  # compliance controller state (tier:<name> | tau:<bucket>)
     operating_point: str = ""  # the calibrated point that decided (operating_point_label); "" = not recorded
+    breaker_excluded: int = 0  # deployments the quality breaker left out of this request's candidates
 
     def headers(self) -> dict[str, str]:
         headers = {

@@ -9,11 +9,12 @@ lies below ``-threshold``::
     mean(r) + 1.96 * sd(r) / sqrt(n) < -threshold      (n >= min_labels)
 
 the deployment is left out of the candidates (every request is still routed: if every candidate
-is out, none is).  The residuals are stored by the compliance controller's backends (Redis, shared
-by every worker; the process's own while Redis is down); each process re-reads them at most every
-``refresh_s`` seconds, so the request path does not wait on Redis.  Labels of a deployment while
-it is out keep coming from decisions made before, and from exploration; as its window refills with
-better outcomes (the provider fixed it) the bound rises and it comes back.  Gauge:
+is out, none is).  A left-out deployment gets no new labels, so it cannot prove itself fixed: after
+``cooldown_s`` its window is cleared and it is a candidate again (half-open, as a circuit breaker),
+to be left out anew once ``min_labels`` fresh labels prove it still worse.  The residuals are stored
+by the compliance controller's backends (Redis, shared by every worker; the process's own while
+Redis is down); each process re-reads them at most every ``refresh_s`` seconds, and at once after a
+label it recorded itself, so the request path rarely waits on Redis.  Gauge
 ``proteus_breaker_open{deployment}``; a warning when a deployment goes out or comes back.
 """
 
@@ -25,7 +26,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .compliance_metrics import record_breaker
 
@@ -42,6 +43,15 @@ class BreakerSettings(BaseModel):
     label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
     min_labels: int = Field(20, ge=2, description="labels before a deployment can be left out")
     refresh_s: float = Field(1.0, ge=0, le=3600, description="how long a process reuses the residuals it read")
+    cooldown_s: float = Field(
+        600.0, gt=0, description="a left-out deployment is a candidate again after this long, with a fresh window"
+    )
+
+    @model_validator(mode="after")
+    def _labels_fit_the_window(self) -> "BreakerSettings":
+        if self.min_labels > self.label_window:
+            raise ValueError(f"min_labels ({self.min_labels}) must be at most label_window ({self.label_window})")
+        return self
 
 
 def breaker_open(n: int, total: float, total_sq: float, settings: BreakerSettings) -> bool:
@@ -60,29 +70,37 @@ class QualityBreaker:
     ``store``: the compliance controller, whose ``residual_stats`` / ``record_residual`` keep the
     windows in Redis or in this process."""
 
-    def __init__(self, settings: BreakerSettings, store):
-        self.settings, self.store = settings, store
+    def __init__(self, settings: BreakerSettings, store, clock=time.monotonic):
+        self.settings, self.store, self.clock = settings, store, clock
         self._open: dict[str, bool] = {}
+        self._opened_at: dict[str, float] = {}  # when this process first saw the deployment left out
         self._read_at = -math.inf
+        self._generation = 0  # bumped by every label recorded here: a read that began before it is stale
         self._lock = threading.Lock()
 
     def record(self, deployment_id: str, residual: float) -> None:
         if self.settings.enabled and deployment_id:
             self.store.record_residual(deployment_id, float(residual), self.settings.label_window)
             with self._lock:
+                self._generation += 1
                 self._read_at = -math.inf  # this process's next request reads the new label
 
     def open_ids(self, deployment_ids: Sequence[str]) -> set[str]:
         """The deployments among ``deployment_ids`` that are left out now."""
         if not self.settings.enabled:
             return set()
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
-            fresh = now - self._read_at < self.settings.refresh_s and all(d in self._open for d in deployment_ids)
-            if fresh:
+            if now - self._read_at < self.settings.refresh_s and all(d in self._open for d in deployment_ids):
                 return {d for d in deployment_ids if self._open[d]}
+            generation = self._generation
         stats = self.store.residual_stats(list(deployment_ids))
         opened = {d: breaker_open(*stats[d], self.settings) for d in deployment_ids}
+        cooled = [d for d, is_open in opened.items()
+                  if is_open and now - self._opened_at.get(d, now) >= self.settings.cooldown_s]
+        for d in cooled:  # half-open: a fresh window, so fresh labels decide
+            self.store.clear_residuals(d)
+            opened[d] = False
         with self._lock:
             for d, is_open in opened.items():
                 if is_open and not self._open.get(d):
@@ -92,8 +110,14 @@ class QualityBreaker:
                         "its predictions", d, n, -100.0 * total / n,
                     )
                 elif not is_open and self._open.get(d):
-                    logger.warning("PROTEUS quality breaker: deployment %s is a candidate again", d)
-            self._open.update(opened)
-            self._read_at = now
+                    logger.warning("PROTEUS quality breaker: deployment %s is a candidate again%s", d,
+                                   " (cooldown over: its window starts afresh)" if d in cooled else "")
+                if is_open:
+                    self._opened_at.setdefault(d, now)
+                else:
+                    self._opened_at.pop(d, None)
+            if generation == self._generation:  # no label of ours landed during the read
+                self._open.update(opened)
+                self._read_at = now
         record_breaker(opened)
         return {d for d, is_open in opened.items() if is_open}

@@ -291,6 +291,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             raise await async_raise_no_deployment_exception(
                 litellm_router_instance=self.router, model=model, parent_otel_span=span
             )
+        unfiltered = len(scored)
         if self.breaker.settings.enabled:
             scored = await self._without_open_breakers(scored)
         tier = await self._tier(request)
@@ -327,6 +328,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             infeasible=control.infeasible,
             state_key=control.state_key,
             operating_point=operating_point_label(decision.rule, decision.policy_tau, self.engine.predictor.models),
+            breaker_excluded=unfiltered - len(scored),
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
         if not isinstance(request_kwargs.get(metadata_key), dict):

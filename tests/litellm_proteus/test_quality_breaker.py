@@ -29,16 +29,36 @@ def test_open_only_when_the_upper_bound_is_below_minus_threshold():
     assert breaker_open(n, n * mean, n * (sd * sd + mean * mean), ON)
 
 
-def test_a_worse_deployment_is_left_out_and_comes_back_as_its_window_refills(caplog):
+def test_a_worse_deployment_is_left_out_and_comes_back_as_better_labels_refill_its_window(caplog):
     breaker = QualityBreaker(ON, ComplianceController(ComplianceSettings(breaker=ON)))
     feed(breaker, "d1", [-0.6] * 20)
     feed(breaker, "d2", [0.05, -0.05] * 10)
     with caplog.at_level(logging.WARNING, logger="litellm_proteus.quality_breaker"):
         assert breaker.open_ids(["d1", "d2", "d3"]) == {"d1"}
         assert "deployment d1 is left out: its last 20 feedback labels are 60.0 pp below its predictions" in caplog.text
-        feed(breaker, "d1", [0.0] * 50)  # the provider fixed it: the window (50) holds only good labels
+        feed(breaker, "d1", [0.0] * 50)  # labels of earlier decisions: the window (50) holds only good ones
         assert breaker.open_ids(["d1"]) == set()
         assert "deployment d1 is a candidate again" in caplog.text
+
+
+def test_after_the_cooldown_a_left_out_deployment_is_a_candidate_again_with_a_fresh_window(caplog):
+    """Left out, a deployment gets no labels to prove itself fixed: the cooldown re-admits it (half-open)."""
+    now = [0.0]
+    controller = ComplianceController(ComplianceSettings())
+    breaker = QualityBreaker(ON.model_copy(update={"cooldown_s": 600.0}), controller, clock=lambda: now[0])
+    feed(breaker, "d1", [-0.6] * 20)
+    assert breaker.open_ids(["d1"]) == {"d1"}
+    now[0] = 599.0
+    assert breaker.open_ids(["d1"]) == {"d1"}
+    now[0] = 600.0
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.quality_breaker"):
+        assert breaker.open_ids(["d1"]) == set()
+    assert "d1 is a candidate again (cooldown over: its window starts afresh)" in caplog.text
+    assert controller.residual_stats(["d1"]) == {"d1": (0, 0, 0)}
+    feed(breaker, "d1", [-0.6] * 19)  # still bad: out again once min_labels fresh labels prove it
+    assert breaker.open_ids(["d1"]) == set()
+    feed(breaker, "d1", [-0.6])
+    assert breaker.open_ids(["d1"]) == {"d1"}
 
 
 def test_disabled_records_nothing_and_leaves_nothing_out():
@@ -92,3 +112,5 @@ def test_settings_name_the_bad_field():
         ComplianceSettings(breaker={"enabled": True, "threshold": 0})
     with pytest.raises(ValidationError, match="extra"):
         ComplianceSettings(breaker={"enabld": True})
+    with pytest.raises(ValidationError, match=r"min_labels \(600\) must be at most label_window \(500\)"):
+        ComplianceSettings(breaker={"enabled": True, "min_labels": 600})

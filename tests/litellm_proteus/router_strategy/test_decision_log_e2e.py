@@ -195,5 +195,8 @@ def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(br
     after = [breaker_proxy.chat("sk-alice") for _ in range(8)]  # the proxy runs 2 workers
     assert all(r.status_code == 200 for r in after)
     assert {r.json()["choices"][0]["message"]["content"] for r in after} == {"served by mixtral"}
+    wait_for_log(breaker_proxy, [r.headers["x-litellm-call-id"] for r in after])
+    logged = {row.call_id: row.decision for row in join_log(log_dir(breaker_proxy))}
+    assert all(len(logged[r.headers["x-litellm-call-id"]]["candidates"]) == 1 for r in after)  # gpt-4 not offered
     assert f"quality breaker: deployment {gpt4_id} is left out" in breaker_proxy.log()
     assert re.search(rf'^proteus_breaker_open\{{deployment="{gpt4_id}"\}} 1\.0$', metrics(breaker_proxy), re.M)
