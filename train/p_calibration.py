@@ -69,7 +69,7 @@ def fit_platt(p: np.ndarray, y: np.ndarray, iterations: int = 50) -> SlotCalibra
     x = np.stack([np.log(clipped / (1 - clipped)), np.ones_like(clipped)], axis=1)
     w = np.array([1.0, 0.0])
     for _ in range(iterations):
-        q = 0.5 * (1.0 + np.tanh(0.5 * (x @ w)))  # the logistic, without exp overflow on separable data
+        q = SlotCalibration(method="platt", a=float(w[0]), b=float(w[1])).apply(p)  # the runtime's logistic
         grad = x.T @ (q - y) + 1e-6 * w
         hess = (x * (q * (1 - q))[:, None]).T @ x + 1e-6 * np.eye(2)
         step = np.linalg.solve(hess, grad)

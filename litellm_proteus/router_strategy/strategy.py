@@ -349,11 +349,11 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
 
     def on_feedback(self, decision_record: dict, score: float) -> None:
         """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
-        self.compliance.record_feedback(  # first: the gauges then read the controller's updated window
-            decision_record["state_key"], decision_record["tau"], chosen_p(decision_record), score
-        )
+        p = chosen_p(decision_record)
+        # first: the gauges then read the controller's updated window
+        self.compliance.record_feedback(decision_record["state_key"], decision_record["tau"], p, score)
         chosen = decision_record["candidates"][decision_record["chosen"]]
-        self.breaker.record(str(chosen.get("deployment_id") or ""), score - float(chosen["p"]))
+        self.breaker.record(str(chosen.get("deployment_id") or ""), score - p)
         serving_log.on_feedback(self, decision_record, score)
 
     async def _off_loop(self, fn: Any, *args: Any) -> Any:

@@ -198,5 +198,6 @@ def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(br
     wait_for_log(breaker_proxy, [r.headers["x-litellm-call-id"] for r in after])
     logged = {row.call_id: row.decision for row in join_log(log_dir(breaker_proxy))}
     assert all(len(logged[r.headers["x-litellm-call-id"]]["candidates"]) == 1 for r in after)  # gpt-4 not offered
+    assert '"breaker_excluded": 1' in breaker_proxy.log()  # the per-decision log line says the breaker acted
     assert f"quality breaker: deployment {gpt4_id} is left out" in breaker_proxy.log()
     assert re.search(rf'^proteus_breaker_open\{{deployment="{gpt4_id}"\}} 1\.0$', metrics(breaker_proxy), re.M)
