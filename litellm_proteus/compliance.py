@@ -41,6 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
 
 logger = logging.getLogger("litellm_proteus.compliance")
@@ -77,6 +78,9 @@ class ComplianceSettings(BaseModel):
     retry_after_s: float = Field(10.0, ge=0, le=3600, description="after a Redis failure, local state for this long")
     key_prefix: str = "proteus:compliance:"
     breaker: BreakerSettings = Field(default_factory=BreakerSettings, description="the quality breaker (quality_breaker.py)")
+    correction: CorrectionSettings = Field(
+        default_factory=CorrectionSettings, description="the deployment correction (deployment_correction.py)"
+    )
 
 
 @dataclass(frozen=True)

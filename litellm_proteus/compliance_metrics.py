@@ -7,6 +7,7 @@
 - ``proteus_delta{state_key}`` and ``proteus_infeasible{state_key}`` (0/1): the compliance
   controller's tau offset and infeasible flag;
 - ``proteus_breaker_open{deployment}`` (0/1): whether the quality breaker leaves the deployment out;
+- ``proteus_deployment_correction{deployment}``: what the deployment correction adds to its predicted p;
 - ``proteus_decision_log_dropped_total``: records the decision log's full queue dropped.
 
 With a compliance controller on the strategy (``strategy.compliance``), every gauge is read from its
@@ -57,6 +58,8 @@ class _Gauges:
         self.dropped = Counter("proteus_decision_log_dropped", "decision log records dropped (writer queue full)")
         self.breaker = Gauge("proteus_breaker_open", "1 while the quality breaker leaves the deployment out",
                              ["deployment"], multiprocess_mode="livemostrecent")
+        self.correction = Gauge("proteus_deployment_correction", "what the deployment correction adds to its predicted p",
+                                ["deployment"], multiprocess_mode="livemostrecent")
 
 
 gauges = optional_metrics(_Gauges)
@@ -68,6 +71,14 @@ def record_breaker(opened: dict[str, bool]) -> None:
     if m is not None:
         for deployment, is_open in opened.items():
             m.breaker.labels(deployment).set(1.0 if is_open else 0.0)
+
+
+def record_correction(offsets: dict[str, float]) -> None:
+    """The deployment correction per deployment, as last read."""
+    m = gauges()
+    if m is not None:
+        for deployment, offset in offsets.items():
+            m.correction.labels(deployment).set(offset)
 
 
 def _window(state_key: str) -> _Window:

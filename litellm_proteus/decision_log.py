@@ -53,7 +53,8 @@ class LoggedCandidate:
     slot: int
     model: str  # the trained slot's name
     cost_usd: float
-    p: float  # calibrated predicted correctness
+    p: float  # calibrated predicted correctness, with p_correction added
+    p_correction: float = 0.0  # the deployment correction (deployment_correction.py) included in p
 
 
 def decision_record(

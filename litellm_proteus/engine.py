@@ -111,6 +111,7 @@ class DecisionRequest:
     candidates: Sequence[ScoredDeployment]
     delta: float = 0.0  # compliance controller's offset: route at calibrated(tau + delta)
     exploration_rate: float = 0.0  # litellm_proteus.exploration; 0 = the policy's choice
+    p_offsets: tuple[float, ...] = ()  # per candidate: the deployment correction added to its p (empty: none)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ class Routed:
     cost_usd: float  # estimated cost of this request on the chosen deployment
     costs_usd: tuple[float, ...]  # per candidate, in the order given
     propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
+    p_offsets: tuple[float, ...] = ()  # the request's deployment corrections, included in decision.p
 
 
 class DecisionEngine:
@@ -194,7 +196,9 @@ class DecisionEngine:
             return []
         tokens = [self._count_tokens(r.messages, r.text) for r in requests]
         candidates = [
-            [Candidate(c.slot, self.cost_usd(c, n)) for c in r.candidates] for r, n in zip(requests, tokens)
+            [Candidate(c.slot, self.cost_usd(c, n), r.p_offsets[i] if r.p_offsets else 0.0)
+             for i, c in enumerate(r.candidates)]
+            for r, n in zip(requests, tokens)
         ]
         if self.predictor is None:
             raise RuntimeError("DecisionEngine.decide needs a predictor")
@@ -204,6 +208,6 @@ class DecisionEngine:
         explored = [explore_decision(d, r.exploration_rate, [c.slot for c in r.candidates], self.manifest.models)
                     for d, r in zip(decisions, requests)]
         return [
-            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity)
-            for (d, propensity), n, cands in zip(explored, tokens, candidates)
+            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity, r.p_offsets)
+            for (d, propensity), n, cands, r in zip(explored, tokens, candidates, requests)
         ]

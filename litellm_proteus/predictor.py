@@ -44,6 +44,7 @@ from .operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
 class Candidate:
     slot: int  # index into manifest.models
     cost_usd: float  # this request's estimated cost on this deployment
+    p_offset: float = 0.0  # added to its predicted p: the deployment correction (deployment_correction.py)
 
 
 @dataclass(frozen=True)
@@ -280,10 +281,16 @@ class ProteusPredictor:
         width = max(sizes)
         slots = np.zeros((len(candidates), width), dtype=np.int64)
         costs = np.ones((len(candidates), width), dtype=np.float64)
+        corrected = any(c.p_offset for cands in candidates for c in cands)
+        p_offsets = np.zeros((len(candidates), width), dtype=np.float32) if corrected else None
         for row, cands in enumerate(candidates):
             slots[row, : sizes[row]] = [c.slot for c in cands]
             costs[row, : sizes[row]] = [c.cost_usd for c in cands]
+            if corrected:
+                p_offsets[row, : sizes[row]] = [c.p_offset for c in cands]
         p = np.take_along_axis(p_all, slots, axis=1)
+        if corrected:
+            p = p + p_offsets
         boost = self.network.boost[slots]
         s = routing_scores(p, mu, boost, self.network.gamma, self.costs.normalize(costs))
         valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
@@ -294,6 +301,8 @@ class ProteusPredictor:
         best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
             p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
+            if corrected:
+                p = p + p_offsets
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):

@@ -11,11 +11,9 @@ lies below ``-threshold``::
 the deployment is left out of the candidates (every request is still routed: if every candidate
 is out, none is).  A left-out deployment gets no new labels, so it cannot prove itself fixed: after
 ``cooldown_s`` its window is cleared and it is a candidate again (half-open, as a circuit breaker),
-to be left out anew once ``min_labels`` fresh labels prove it still worse.  The residuals are stored
-by the compliance controller's backends (Redis, shared by every worker; the process's own while
-Redis is down); each process re-reads them at most every ``refresh_s`` seconds, and at once after a
-label it recorded itself, so the request path rarely waits on Redis.  Gauge
-``proteus_breaker_open{deployment}``; a warning when a deployment goes out or comes back.
+to be left out anew once ``min_labels`` fresh labels prove it still worse.  The windows are kept
+and read as ``deployment_residuals.py`` says.  Gauge ``proteus_breaker_open{deployment}``; a warning
+when a deployment goes out or comes back.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .compliance_metrics import record_breaker
+from .deployment_residuals import DeploymentResiduals
 
 logger = logging.getLogger("litellm_proteus.quality_breaker")
 Z_95 = 1.96
@@ -71,53 +70,45 @@ class QualityBreaker:
     windows in Redis or in this process."""
 
     def __init__(self, settings: BreakerSettings, store, clock=time.monotonic):
-        self.settings, self.store, self.clock = settings, store, clock
+        self.settings, self.clock = settings, clock
+        self.residuals = DeploymentResiduals(store, settings.label_window, settings.refresh_s, clock=clock)
         self._open: dict[str, bool] = {}
         self._opened_at: dict[str, float] = {}  # when this process first saw the deployment left out
-        self._read_at = -math.inf
-        self._generation = 0  # bumped by every label recorded here: a read that began before it is stale
         self._lock = threading.Lock()
 
     def record(self, deployment_id: str, residual: float) -> None:
         if self.settings.enabled and deployment_id:
-            self.store.record_residual(deployment_id, float(residual), self.settings.label_window)
-            with self._lock:
-                self._generation += 1
-                self._read_at = -math.inf  # this process's next request reads the new label
+            self.residuals.record(deployment_id, residual)
 
     def open_ids(self, deployment_ids: Sequence[str]) -> set[str]:
         """The deployments among ``deployment_ids`` that are left out now."""
         if not self.settings.enabled:
             return set()
         now = self.clock()
-        with self._lock:
-            if now - self._read_at < self.settings.refresh_s and all(d in self._open for d in deployment_ids):
-                return {d for d in deployment_ids if self._open[d]}
-            generation = self._generation
-        stats = self.store.residual_stats(list(deployment_ids))
+        stats = self.residuals.stats(deployment_ids)
         opened = {d: breaker_open(*stats[d], self.settings) for d in deployment_ids}
         cooled = [d for d, is_open in opened.items()
                   if is_open and now - self._opened_at.get(d, now) >= self.settings.cooldown_s]
         for d in cooled:  # half-open: a fresh window, so fresh labels decide
-            self.store.clear_residuals(d)
+            self.residuals.clear(d)
             opened[d] = False
         with self._lock:
-            for d, is_open in opened.items():
-                if is_open and not self._open.get(d):
+            changed = {d: is_open for d, is_open in opened.items() if self._open.get(d) != is_open}
+            for d, is_open in changed.items():
+                if is_open:
                     n, total, _ = stats[d]
                     logger.warning(
                         "PROTEUS quality breaker: deployment %s is left out: its last %d feedback labels are %.1f pp below "
                         "its predictions", d, n, -100.0 * total / n,
                     )
-                elif not is_open and self._open.get(d):
+                elif d in self._open:
                     logger.warning("PROTEUS quality breaker: deployment %s is a candidate again%s", d,
                                    " (cooldown over: its window starts afresh)" if d in cooled else "")
                 if is_open:
                     self._opened_at.setdefault(d, now)
                 else:
                     self._opened_at.pop(d, None)
-            if generation == self._generation:  # no label of ours landed during the read
-                self._open.update(opened)
-                self._read_at = now
-        record_breaker(opened)
+            self._open.update(changed)
+        if changed:
+            record_breaker(changed)
         return {d for d, is_open in opened.items() if is_open}

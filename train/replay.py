@@ -106,6 +106,7 @@ class Trace:
     infeasible: np.ndarray
     p_chosen: np.ndarray
     slot: np.ndarray | None = None  # the chosen slot per request
+    p_offset: np.ndarray | None = None  # the chosen deployment's correction, included in p_chosen
 
 
 @dataclass(frozen=True)
@@ -155,30 +156,37 @@ def replay_stream(
 ) -> Trace:
     """Serve ``rows`` of ``split`` (embeddings, scores, costs, draws) at ``tau``; ``controller``
     None routes every request at ``fixed_delta``.  ``degradation``: the outcomes a degraded slot
-    realises (predictions unchanged).  With the controller's ``breaker`` enabled, each slot plays one
-    deployment (its id: the slot number) for the quality breaker."""
+    realises (predictions unchanged).  With the controller's ``breaker`` or ``correction`` enabled,
+    each slot plays one deployment (its id: the slot number)."""
+    from litellm_proteus.deployment_correction import DeploymentCorrection
     from litellm_proteus.predictor import Candidate
     from litellm_proteus.quality_breaker import QualityBreaker
 
     n, k = len(rows), split.scores.shape[1]
     labelled = np.random.default_rng(seed).random(n) < label_fraction
     key = state_key_for(tier, "default", tau, 0.01)
-    out = Trace(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n), np.zeros(n, dtype=np.int64))
+    out = Trace(np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool), np.zeros(n), np.zeros(n, dtype=np.int64),
+                np.zeros(n))
     kept = degradation.keep(n) if degradation is not None else None
     delivered = 0
     step = batch if controller is not None else n
     breaker = QualityBreaker(controller.settings.breaker, controller) if controller is not None else None
+    corrector = DeploymentCorrection(controller.settings.correction, controller) if controller is not None else None
+    offsets = {str(s): 0.0 for s in range(k)}
     p_ref = predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)
     for start in range(0, n, step):
         if controller is not None:
             while delivered < n and delivered + label_delay <= start:
                 if labelled[delivered]:
                     controller.record_feedback(key, tau, out.p_chosen[delivered], out.correct[delivered])
-                    breaker.record(str(out.slot[delivered]), out.correct[delivered] - out.p_chosen[delivered])
+                    residual = out.correct[delivered] - out.p_chosen[delivered]
+                    breaker.record(str(out.slot[delivered]), residual)
+                    corrector.record(str(out.slot[delivered]), residual + out.p_offset[delivered])
                 delivered += 1
             control = controller.control(key, tau)
             delta, infeasible = control.delta, control.infeasible
             left_out = breaker.open_ids([str(s) for s in range(k)])
+            offsets = corrector.offsets([str(s) for s in range(k)])
         else:
             delta, infeasible, left_out = fixed_delta, False, set()
         slots = [s for s in range(k) if str(s) not in left_out] or list(range(k))
@@ -186,7 +194,7 @@ def replay_stream(
         decisions = predictor.decide_embeddings(
             split.emb[idx],
             [tau] * len(idx),
-            [[Candidate(s, float(split.costs[r, s])) for s in slots] for r in idx],
+            [[Candidate(s, float(split.costs[r, s]), offsets[str(s)]) for s in slots] for r in idx],
             split.draws[idx] if predictor.mix_operating_points else None,
             [delta] * len(idx),
         )
@@ -199,6 +207,7 @@ def replay_stream(
             out.cost[i] = split.costs[r, d.slot]
             out.delta[i], out.infeasible[i] = delta, infeasible
             out.p_chosen[i] = d.p[d.index]
+            out.p_offset[i] = offsets[str(d.slot)]
             if controller is not None:
                 controller.record_decision(key, d.tau_effective, d.p[d.index], max(d.p), p_ref)
     return out

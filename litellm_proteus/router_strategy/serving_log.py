@@ -116,8 +116,9 @@ def log_routed(
         mu=float(decision.mu),
         model_group=model_group,
         candidates=[
-            LoggedCandidate(deployment_id(c.deployment), c.slot, slots[c.slot], float(cost), p_i)
-            for c, cost, p_i in zip(scored, routed.costs_usd, p)
+            LoggedCandidate(deployment_id(c.deployment), c.slot, slots[c.slot], float(cost), p_i,
+                            float(routed.p_offsets[i]) if routed.p_offsets else 0.0)
+            for i, (c, cost, p_i) in enumerate(zip(scored, routed.costs_usd, p))
         ],
         chosen=decision.index,
         propensity=float(routed.propensity),

@@ -38,6 +38,7 @@ from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
 from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
+from ..deployment_correction import DeploymentCorrection
 from ..quality_breaker import QualityBreaker
 from ..observability import (
     DecisionRecord,
@@ -138,6 +139,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             engine.manifest.calibration.margin,
         )
         self.breaker = QualityBreaker(config.compliance.breaker, self.compliance)
+        self.correction = DeploymentCorrection(config.compliance.correction, self.compliance)
 
     @property
     def router(self) -> Any:
@@ -294,13 +296,14 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         unfiltered = len(scored)
         if self.breaker.settings.enabled:
             scored = await self._without_open_breakers(scored)
+        p_offsets = await self._corrections(scored) if self.correction.settings.enabled else ()
         tier = await self._tier(request)
         resolution = resolve_tau(self.config, request.tau, tier)
         control = await self._off_loop(self._control, resolution)
         routed = await self.batcher.submit(
             DecisionRequest(
                 request.text, request.messages, resolution.tau, scored, control.delta,
-                self.config.exploration.rate_for(resolution.tier),
+                self.config.exploration.rate_for(resolution.tier), p_offsets,
             )
         )
         decision = routed.decision
@@ -347,13 +350,22 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         kept = [s for s, d in zip(scored, ids) if d not in out]
         return kept or scored
 
+    async def _corrections(self, scored: list) -> tuple[float, ...]:
+        """Per candidate, what the deployment correction adds to its predicted p."""
+        ids = [deployment_id(s.deployment) for s in scored]
+        offsets = await self._off_loop(self.correction.offsets, ids)
+        return tuple(offsets[d] for d in ids)
+
     def on_feedback(self, decision_record: dict, score: float) -> None:
         """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
         p = chosen_p(decision_record)
         # first: the gauges then read the controller's updated window
         self.compliance.record_feedback(decision_record["state_key"], decision_record["tau"], p, score)
         chosen = decision_record["candidates"][decision_record["chosen"]]
-        self.breaker.record(str(chosen.get("deployment_id") or ""), score - p)
+        deployment = str(chosen.get("deployment_id") or "")
+        self.breaker.record(deployment, score - p)
+        # against the p before correction: the correction estimates the deployment's bias
+        self.correction.record(deployment, score - p + float(chosen.get("p_correction", 0.0)))
         serving_log.on_feedback(self, decision_record, score)
 
     async def _off_loop(self, fn: Any, *args: Any) -> Any:

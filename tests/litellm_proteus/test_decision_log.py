@@ -49,7 +49,8 @@ def test_records_carry_the_schema_and_hash_the_prompt_unless_prompts_are_logged(
     record = make_decision("c1")
     assert record["schema"] == SCHEMA == 1 and record["type"] == "decision"
     assert "prompt" not in record and len(record["prompt_sha256"]) == 64
-    assert record["candidates"][1] == {"deployment_id": "d2", "slot": 1, "model": "strong", "cost_usd": 1e-3, "p": 0.8}
+    assert record["candidates"][1] == {"deployment_id": "d2", "slot": 1, "model": "strong", "cost_usd": 1e-3, "p": 0.8,
+                                    "p_correction": 0.0}
     with_prompt = decision_record(**{**_decision_kwargs(), "log_prompt": True})
     assert with_prompt["prompt"] == "What is 2+2?"
 

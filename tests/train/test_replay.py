@@ -105,6 +105,15 @@ def test_a_degraded_stream_changes_outcomes_not_predictions(make_artifact):
     controller = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50))
     replay_stream(predictor, controller, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
     assert controller.snapshot("tier:tier")["realised_mean"] < 1.0
+    # with the deployment correction the degraded slot's own labels lower its p: it is served less
+    corrected = ComplianceController(ComplianceSettings(
+        min_decisions=10, min_labels=5, window=50, correction={"enabled": True, "min_labels": 5, "prior": 5}))
+    trace = replay_stream(predictor, corrected, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
+    at, on_slot = np.arange(n), trace.slot == degradation.slot
+    assert trace.p_offset[on_slot & (at >= 150) & (at < 250)].mean() < trace.p_offset[on_slot & (at >= 50) & (at < 100)].mean()
+    late = at >= 250
+    assert on_slot[late].mean() < 0.1 < 0.5 < (static.slot[late] == degradation.slot).mean()
+    assert trace.correct[late].mean() > degraded.correct[late].mean() + 0.3
 
 
 @pytest.mark.parametrize("settings, fragment", [('{"start-z": 0}', "start-z: Extra inputs are not permitted"),

@@ -167,37 +167,81 @@ def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(
     assert all(rows[c].outcome is not None and rows[c].outcome["success"] for c in call_ids)
 
 
-@pytest.fixture
-def breaker_proxy(tmp_path_factory, steerable_artifact, redis_server):
-    """The quality breaker on, with a Redis of its own (another test here kills the module's)."""
+def feedback_proxy(tmp_path_factory, artifact, redis_url: str, name: str, compliance: dict):
+    """A two-worker proxy with per-deployment feedback on, keys of its own in a Redis of its own
+    (another test here kills the module's)."""
     proxy = two_worker_proxy(
-        tmp_path_factory, steerable_artifact, redis_server.url, "breaker-proxy",
-        decision_log={"redis_key_prefix": "proteus:breaker-test:decision:"},
-        compliance={"key_prefix": "proteus:breaker-test:", "breaker": {"enabled": True, "min_labels": 5, "refresh_s": 0}},
+        tmp_path_factory, artifact, redis_url, name,
+        decision_log={"redis_key_prefix": f"proteus:{name}:decision:"},
+        compliance={"key_prefix": f"proteus:{name}:", **compliance},
     )
     proxy.wait_ready()
+    return proxy
+
+
+def wrong_answers_from_gpt4(proxy, redis_url: str, window_key: str) -> tuple[str, list[str]]:
+    """Six premium requests (tau 0.9: the artifact sends them to gpt-4), each labelled wrong over
+    HTTP, all in the one Redis window ``window_key`` (``{id}``: gpt-4's deployment id) that every
+    worker reads; returns gpt-4's deployment id and the call ids."""
+    import redis
+
+    first = [proxy.chat("sk-alice") for _ in range(6)]
+    assert {r.json()["choices"][0]["message"]["content"] for r in first} == {"served by gpt-4"}
+    call_ids = [r.headers["x-litellm-call-id"] for r in first]
+    wait_for_log(proxy, call_ids)
+    for call_id in call_ids:  # 6 labels far below gpt-4's predicted p
+        send_feedback(call_id, 0.0, url=proxy.base, api_key="sk-alice")
+    gpt4_id = first[0].headers["x-litellm-model-id"]
+    assert redis.Redis.from_url(redis_url).llen(window_key.format(id=gpt4_id)) == 6
+    return gpt4_id, call_ids
+
+
+def served_after(proxy) -> list:
+    """Eight more requests (the proxy runs 2 workers), all answered, all by mixtral, all logged."""
+    after = [proxy.chat("sk-alice") for _ in range(8)]
+    assert all(r.status_code == 200 for r in after)
+    assert {r.json()["choices"][0]["message"]["content"] for r in after} == {"served by mixtral"}
+    wait_for_log(proxy, [r.headers["x-litellm-call-id"] for r in after])
+    return after
+
+
+@pytest.fixture
+def breaker_proxy(tmp_path_factory, steerable_artifact, redis_server):
+    proxy = feedback_proxy(tmp_path_factory, steerable_artifact, redis_server.url, "breaker-test",
+                           {"breaker": {"enabled": True, "min_labels": 5, "refresh_s": 0}})
     yield proxy
     proxy.stop()
 
 
 def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(breaker_proxy, redis_server):
-    import redis
-
-    first = [breaker_proxy.chat("sk-alice") for _ in range(6)]  # premium, tau 0.9: the artifact sends these to gpt-4
-    assert {r.json()["choices"][0]["message"]["content"] for r in first} == {"served by gpt-4"}
-    gpt4_id = first[0].headers["x-litellm-model-id"]
-    call_ids = [r.headers["x-litellm-call-id"] for r in first]
-    wait_for_log(breaker_proxy, call_ids)
-    for call_id in call_ids:  # every answer was wrong: 6 labels far below gpt-4's predicted p
-        send_feedback(call_id, 0.0, url=breaker_proxy.base, api_key="sk-alice")
-    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    assert client.llen(f"proteus:breaker-test:deployment:{gpt4_id}:residuals") == 6  # one shared window
-    after = [breaker_proxy.chat("sk-alice") for _ in range(8)]  # the proxy runs 2 workers
-    assert all(r.status_code == 200 for r in after)
-    assert {r.json()["choices"][0]["message"]["content"] for r in after} == {"served by mixtral"}
-    wait_for_log(breaker_proxy, [r.headers["x-litellm-call-id"] for r in after])
+    gpt4_id, _ = wrong_answers_from_gpt4(breaker_proxy, redis_server.url, "proteus:breaker-test:deployment:{id}:residuals")
+    after = served_after(breaker_proxy)
     logged = {row.call_id: row.decision for row in join_log(log_dir(breaker_proxy))}
     assert all(len(logged[r.headers["x-litellm-call-id"]]["candidates"]) == 1 for r in after)  # gpt-4 not offered
     assert '"breaker_excluded": 1' in breaker_proxy.log()  # the per-decision log line says the breaker acted
     assert f"quality breaker: deployment {gpt4_id} is left out" in breaker_proxy.log()
     assert re.search(rf'^proteus_breaker_open\{{deployment="{gpt4_id}"\}} 1\.0$', metrics(breaker_proxy), re.M)
+
+
+@pytest.fixture
+def correction_proxy(tmp_path_factory, steerable_artifact, redis_server):
+    """The deployment correction with a small prior: a few labels weigh."""
+    proxy = feedback_proxy(tmp_path_factory, steerable_artifact, redis_server.url, "correction-test",
+                           {"correction": {"enabled": True, "min_labels": 5, "prior": 1, "refresh_s": 0}})
+    yield proxy
+    proxy.stop()
+
+
+def test_feedback_lowers_a_deployments_p_on_every_worker_and_the_log_says_by_how_much(correction_proxy, redis_server):
+    gpt4_id, call_ids = wrong_answers_from_gpt4(
+        correction_proxy, redis_server.url, "proteus:correction-test:deployment:correction:{id}:residuals"
+    )
+    after = served_after(correction_proxy)
+    logged = {row.call_id: row.decision for row in join_log(log_dir(correction_proxy))}
+    assert all(c["p_correction"] == 0.0 for c in logged[call_ids[0]]["candidates"])
+    for r in after:  # gpt-4 still offered, at its p less 6/7 of its residual
+        candidates = {c["deployment_id"]: c for c in logged[r.headers["x-litellm-call-id"]]["candidates"]}
+        assert len(candidates) == 2 and candidates[gpt4_id]["p_correction"] < -0.5
+        assert all(c["p_correction"] == 0.0 for d, c in candidates.items() if d != gpt4_id)
+    value = re.search(rf'^proteus_deployment_correction\{{deployment="{gpt4_id}"\}} (\S+)$', metrics(correction_proxy), re.M)
+    assert value and float(value.group(1)) < -0.5

@@ -1,0 +1,58 @@
+"""Per-deployment windows of feedback residuals, read through a short cache.
+
+The quality breaker and the deployment correction both judge a deployment by the residuals of its
+last feedback labels.  The windows live in a store -- the compliance controller, which keeps them
+in Redis (shared by every worker and instance) or, while Redis is down, in this process -- and each
+process re-reads them at most every ``refresh_s`` seconds, and at once after a label it recorded
+itself, so the request path rarely waits on Redis.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+
+Stats = tuple[int, float, float]  # labels, sum of residuals, sum of their squares
+
+
+class DeploymentResiduals:
+    """``record`` per feedback label, ``stats`` per request, ``clear`` to start a window afresh.
+
+    ``store``: the compliance controller (``record_residual`` / ``residual_stats`` /
+    ``clear_residuals``).  ``prefix`` keeps one user's windows apart from another's in the store."""
+
+    def __init__(self, store, window: int, refresh_s: float, prefix: str = "", clock=time.monotonic):
+        self.store, self.window, self.refresh_s, self.prefix, self.clock = store, window, refresh_s, prefix, clock
+        self._stats: dict[str, Stats] = {}
+        self._read_at = -math.inf
+        self._generation = 0  # bumped by every change made here: a read that began before it is stale
+        self._lock = threading.Lock()
+
+    def _changed(self) -> None:
+        with self._lock:
+            self._generation += 1
+            self._read_at = -math.inf  # this process's next request reads afresh
+
+    def record(self, deployment_id: str, residual: float) -> None:
+        self.store.record_residual(self.prefix + deployment_id, float(residual), self.window)
+        self._changed()
+
+    def clear(self, deployment_id: str) -> None:
+        self.store.clear_residuals(self.prefix + deployment_id)
+        self._changed()
+
+    def stats(self, deployment_ids: Sequence[str]) -> dict[str, Stats]:
+        now = self.clock()
+        with self._lock:
+            if now - self._read_at < self.refresh_s and all(d in self._stats for d in deployment_ids):
+                return {d: self._stats[d] for d in deployment_ids}
+            generation = self._generation
+        read = self.store.residual_stats([self.prefix + d for d in deployment_ids])
+        stats = {d: read[self.prefix + d] for d in deployment_ids}
+        with self._lock:
+            if generation == self._generation:  # no change of ours landed during the read
+                self._stats.update(stats)
+                self._read_at = now
+        return stats

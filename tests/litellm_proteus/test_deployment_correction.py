@@ -1,0 +1,83 @@
+"""The deployment correction (``litellm_proteus/deployment_correction.py``): the shrunk residual,
+its windows apart from the breaker's, the shared Redis windows, and the predictor applying it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from litellm_proteus.compliance import ComplianceController, ComplianceSettings
+from litellm_proteus.deployment_correction import CorrectionSettings, DeploymentCorrection, correction
+from litellm_proteus.predictor import Candidate, ProteusPredictor
+from litellm_proteus.quality_breaker import BreakerSettings, QualityBreaker
+
+ON = CorrectionSettings(enabled=True, min_labels=20, prior=100, refresh_s=0.0, label_window=200)
+
+
+def test_the_correction_is_the_mean_residual_shrunk_by_the_prior():
+    assert correction(19, -19 * 0.5, ON) == 0.0  # too few labels
+    assert correction(20, -20 * 0.5, ON) == pytest.approx(20 / 120 * -0.5)
+    assert correction(100, 100 * 0.1, ON) == pytest.approx(0.05)  # above its predictions: p rises
+    assert correction(10_000, -10_000 * 0.15, ON) == pytest.approx(-0.15, abs=0.002)  # many labels: the whole residual
+
+
+def test_offsets_follow_the_window_and_stay_apart_from_the_breakers():
+    controller = ComplianceController(ComplianceSettings())
+    corrector = DeploymentCorrection(ON, controller)
+    breaker = QualityBreaker(BreakerSettings(enabled=True, min_labels=20, refresh_s=0.0), controller)
+    for _ in range(100):
+        corrector.record("d1", -0.3)
+    assert corrector.offsets(["d1", "d2"]) == {"d1": pytest.approx(-0.15), "d2": 0.0}
+    assert breaker.residuals.stats(["d1"]) == {"d1": (0, 0.0, 0.0)}  # the breaker's window is its own
+    for _ in range(200):  # the window (200) now holds only labels that agree with the predictions
+        corrector.record("d1", 0.0)
+    assert corrector.offsets(["d1"])["d1"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_disabled_records_nothing_and_corrects_nothing():
+    controller = ComplianceController(ComplianceSettings())
+    corrector = DeploymentCorrection(CorrectionSettings(), controller)
+    for _ in range(50):
+        corrector.record("d1", -0.9)
+    assert corrector.offsets(["d1"]) == {"d1": 0.0}
+    assert controller.residual_stats(["correction:d1"]) == {"correction:d1": (0, 0, 0)}
+
+
+def test_every_worker_reads_the_same_redis_windows(redis_server):
+    a = ComplianceController(ComplianceSettings(), redis_url=redis_server.url)
+    b = ComplianceController(ComplianceSettings(), redis_url=redis_server.url)
+    writer, reader = DeploymentCorrection(ON, a), DeploymentCorrection(ON, b)
+    for r in [-0.5, -0.1] * 50:
+        writer.record("d1", r)
+    assert reader.offsets(["d1"])["d1"] == pytest.approx(100 / 200 * -0.3)  # b never recorded a label itself
+
+
+def test_settings_name_the_bad_field():
+    with pytest.raises(ValidationError, match="prior"):
+        ComplianceSettings(correction={"enabled": True, "prior": 0})
+    with pytest.raises(ValidationError, match="extra"):
+        ComplianceSettings(correction={"enabld": True})
+    with pytest.raises(ValidationError, match=r"min_labels \(600\) must be at most label_window \(500\)"):
+        ComplianceSettings(correction={"enabled": True, "min_labels": 600})
+
+
+def test_the_predictor_adds_each_candidates_offset_to_its_p(make_artifact):
+    predictor = ProteusPredictor(make_artifact(seed=3), device="cpu")
+    rng = np.random.default_rng(0)
+    embeddings = rng.normal(size=(64, 384)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    slots = [0, 5, 10]
+    plain = predictor.decide_embeddings(embeddings, [0.85] * 64, [[Candidate(s, 1e-3 * (s + 1)) for s in slots]] * 64)
+    zero = predictor.decide_embeddings(embeddings, [0.85] * 64,
+                                       [[Candidate(s, 1e-3 * (s + 1), 0.0) for s in slots]] * 64)
+    assert zero == plain
+    chosen = {d.index for d in plain}
+    favourite = max(chosen, key=[d.index for d in plain].count)
+    offsets = [-0.9 if i == favourite else 0.0 for i in range(3)]  # the favourite proven far worse than predicted
+    corrected = predictor.decide_embeddings(
+        embeddings, [0.85] * 64, [[Candidate(s, 1e-3 * (s + 1), o) for s, o in zip(slots, offsets)]] * 64
+    )
+    assert all(d.index != favourite for d in corrected)
+    for before, after in zip(plain, corrected):
+        assert after.p == pytest.approx([p + o for p, o in zip(before.p, offsets)], abs=1e-6)
