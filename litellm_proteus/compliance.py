@@ -184,7 +184,7 @@ class LocalBackend:
     def __init__(self, settings: ComplianceSettings, margin: float):
         self.s, self.margin = settings, margin
         self._states: dict[str, WindowState] = {}
-        self._residuals: dict[str, ResidualWindow] = {}  # deployment id -> its feedback residuals (the breaker)
+        self._residuals: dict[str, ResidualWindow] = {}  # per-deployment feedback residuals (deployment_residuals.py)
         self._lock = threading.Lock()
 
     def state(self, key: str) -> WindowState:
@@ -469,7 +469,7 @@ class ComplianceController:
             self._call("feedback", state_key, float(p_chosen), float(outcome))
 
     def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
-        """A feedback label's residual (label - calibrated p) for the quality breaker."""
+        """A feedback label's residual in a per-deployment window (``deployment_residuals.py``)."""
         self._call("record_residual", deployment_id, residual, window)
 
     def residual_stats(self, deployment_ids: list[str]) -> dict[str, tuple[int, float, float]]:

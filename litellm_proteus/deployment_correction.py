@@ -10,9 +10,10 @@ with p the calibrated prediction *before* correction, and adds to every p predic
 
     c = n / (n + prior) * mean(r)        (0 below min_labels labels)
 
-That corrected p is what every later step sees: the routing score's p term, the operating points'
-quality rule, the controller's window (whose own residual is then what the corrections leave), the
-headers and the decision log (each candidate's ``p_correction``).  A corrected deployment stays a
+The calibrated p plus c, clipped to [0, 1], is what the controller's window (whose own residual is
+then what the corrections leave), exploration and the decision log see (each candidate's
+``p_correction``: what clipping kept of c).  Eq. 2 and the operating points' quality rule work on
+the head's raw p; c is added there too.  A corrected deployment stays a
 candidate: it is chosen wherever it still wins at its corrected p, so its window keeps moving,
 and the correction fades as fresh labels agree with its predictions again.  Because ``r`` is taken
 against the uncorrected p, ``c`` estimates the deployment's bias, not what is left of it.
@@ -24,6 +25,7 @@ id>`` (apart from the quality breaker's, whose residuals are taken against the c
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
@@ -72,6 +74,7 @@ class DeploymentCorrection:
         self.settings = settings
         self.residuals = DeploymentResiduals(store, settings.label_window, settings.refresh_s, STORE_PREFIX, clock)
         self._exported: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def record(self, deployment_id: str, residual: float) -> None:
         """``residual``: label - the deployment's calibrated p before correction."""
@@ -84,8 +87,9 @@ class DeploymentCorrection:
             return {d: 0.0 for d in deployment_ids}
         stats = self.residuals.stats(deployment_ids)
         offsets = {d: correction(n, total, self.settings) for d, (n, total, _) in stats.items()}
-        changed = {d: c for d, c in offsets.items() if self._exported.get(d) != c}
-        if changed:
-            record_correction(changed)
-            self._exported.update(changed)
+        with self._lock:  # racing threads cannot leave an older value on the gauge
+            changed = {d: c for d, c in offsets.items() if self._exported.get(d) != c}
+            if changed:
+                record_correction(changed)
+                self._exported.update(changed)
         return offsets

@@ -3,8 +3,9 @@
 The quality breaker and the deployment correction both judge a deployment by the residuals of its
 last feedback labels.  The windows live in a store -- the compliance controller, which keeps them
 in Redis (shared by every worker and instance) or, while Redis is down, in this process -- and each
-process re-reads them at most every ``refresh_s`` seconds, and at once after a label it recorded
-itself, so the request path rarely waits on Redis.
+process re-reads a deployment's window at most every ``refresh_s`` seconds, and at once after a
+label it recorded for it itself, so the request path rarely waits on Redis.  Freshness is kept per
+deployment: a proxy's model groups ask for different deployments.
 """
 
 from __future__ import annotations
@@ -26,27 +27,27 @@ class DeploymentResiduals:
     def __init__(self, store, window: int, refresh_s: float, prefix: str = "", clock=time.monotonic):
         self.store, self.window, self.refresh_s, self.prefix, self.clock = store, window, refresh_s, prefix, clock
         self._stats: dict[str, Stats] = {}
-        self._read_at = -math.inf
+        self._read_at: dict[str, float] = {}
         self._generation = 0  # bumped by every change made here: a read that began before it is stale
         self._lock = threading.Lock()
 
-    def _changed(self) -> None:
+    def _changed(self, deployment_id: str) -> None:
         with self._lock:
             self._generation += 1
-            self._read_at = -math.inf  # this process's next request reads afresh
+            self._read_at.pop(deployment_id, None)  # this process's next request reads it afresh
 
     def record(self, deployment_id: str, residual: float) -> None:
         self.store.record_residual(self.prefix + deployment_id, float(residual), self.window)
-        self._changed()
+        self._changed(deployment_id)
 
     def clear(self, deployment_id: str) -> None:
         self.store.clear_residuals(self.prefix + deployment_id)
-        self._changed()
+        self._changed(deployment_id)
 
     def stats(self, deployment_ids: Sequence[str]) -> dict[str, Stats]:
         now = self.clock()
         with self._lock:
-            if now - self._read_at < self.refresh_s and all(d in self._stats for d in deployment_ids):
+            if all(now - self._read_at.get(d, -math.inf) < self.refresh_s for d in deployment_ids):
                 return {d: self._stats[d] for d in deployment_ids}
             generation = self._generation
         read = self.store.residual_stats([self.prefix + d for d in deployment_ids])
@@ -54,5 +55,5 @@ class DeploymentResiduals:
         with self._lock:
             if generation == self._generation:  # no change of ours landed during the read
                 self._stats.update(stats)
-                self._read_at = now
+                self._read_at.update(dict.fromkeys(deployment_ids, now))
         return stats

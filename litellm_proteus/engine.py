@@ -121,7 +121,6 @@ class Routed:
     cost_usd: float  # estimated cost of this request on the chosen deployment
     costs_usd: tuple[float, ...]  # per candidate, in the order given
     propensity: float = 1.0  # probability of this choice (< 1 only under exploration)
-    p_offsets: tuple[float, ...] = ()  # the request's deployment corrections, included in decision.p
 
 
 class DecisionEngine:
@@ -194,6 +193,9 @@ class DecisionEngine:
         """One batched forward pass (runs in the batcher's worker thread)."""
         if not requests:
             return []
+        for r in requests:
+            if r.p_offsets and len(r.p_offsets) != len(r.candidates):
+                raise ValueError(f"p_offsets has {len(r.p_offsets)} entries for {len(r.candidates)} candidates")
         tokens = [self._count_tokens(r.messages, r.text) for r in requests]
         candidates = [
             [Candidate(c.slot, self.cost_usd(c, n), r.p_offsets[i] if r.p_offsets else 0.0)
@@ -208,6 +210,6 @@ class DecisionEngine:
         explored = [explore_decision(d, r.exploration_rate, [c.slot for c in r.candidates], self.manifest.models)
                     for d, r in zip(decisions, requests)]
         return [
-            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity, r.p_offsets)
-            for (d, propensity), n, cands, r in zip(explored, tokens, candidates, requests)
+            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity)
+            for (d, propensity), n, cands in zip(explored, tokens, candidates)
         ]

@@ -44,7 +44,9 @@ from .operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
 class Candidate:
     slot: int  # index into manifest.models
     cost_usd: float  # this request's estimated cost on this deployment
-    p_offset: float = 0.0  # added to its predicted p: the deployment correction (deployment_correction.py)
+    # the deployment correction (deployment_correction.py): added to its calibrated p (clipped to
+    # [0, 1]) and to the raw p of eq. 2 and the operating points' quality rule
+    p_offset: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Decision:
     policy_tau: float | None = None  # the calibrated tau the policy saw (one of two when mixing)
     delta: float = 0.0  # the compliance controller's offset: routed at calibrated(tau_effective + delta)
     rule: str = "policy"  # the operating point's rule that chose (operating_points.OperatingPoint.label)
+    p_correction: tuple[float, ...] = ()  # per candidate, the correction included in p (empty: none)
 
 
 def mixing_draw(text: str) -> float:
@@ -282,7 +285,7 @@ class ProteusPredictor:
         slots = np.zeros((len(candidates), width), dtype=np.int64)
         costs = np.ones((len(candidates), width), dtype=np.float64)
         corrected = any(c.p_offset for cands in candidates for c in cands)
-        p_offsets = np.zeros((len(candidates), width), dtype=np.float32) if corrected else None
+        p_offsets = np.zeros((len(candidates), width), dtype=np.float64) if corrected else None
         for row, cands in enumerate(candidates):
             slots[row, : sizes[row]] = [c.slot for c in cands]
             costs[row, : sizes[row]] = [c.cost_usd for c in cands]
@@ -290,7 +293,7 @@ class ProteusPredictor:
                 p_offsets[row, : sizes[row]] = [c.p_offset for c in cands]
         p = np.take_along_axis(p_all, slots, axis=1)
         if corrected:
-            p = p + p_offsets
+            p = p + p_offsets.astype(p.dtype)
         boost = self.network.boost[slots]
         s = routing_scores(p, mu, boost, self.network.gamma, self.costs.normalize(costs))
         valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
@@ -301,8 +304,12 @@ class ProteusPredictor:
         best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
             p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
-            if corrected:
-                p = p + p_offsets
+        elif corrected:
+            p = np.take_along_axis(p_all, slots, axis=1)
+        applied = None
+        if corrected:  # the p the controller and the log see, and what clipping to [0, 1] kept of each c
+            shown = np.clip(p + p_offsets, 0.0, 1.0)
+            applied, p = (shown - p).tolist(), shown
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):
@@ -322,6 +329,7 @@ class ProteusPredictor:
                     policy_tau=policy_taus[row],
                     delta=offsets[row],
                     rule=rules[row].label() if picked[row] != NO_CHOICE else "policy",
+                    p_correction=() if applied is None else tuple(applied[row][:n]),
                 )
             )
         return decisions

@@ -109,6 +109,6 @@ class QualityBreaker:
                 else:
                     self._opened_at.pop(d, None)
             self._open.update(changed)
-        if changed:
-            record_breaker(changed)
+            if changed:  # under the lock: racing threads cannot leave an older verdict on the gauge
+                record_breaker(changed)
         return {d for d, is_open in opened.items() if is_open}

@@ -6,6 +6,12 @@ feedback score) with a 95 % Wilson interval, cost per 1K requests (LiteLLM's ``r
 an outcome has one, else the routing estimate) and the controller's δ over time (mean per quarter
 of the tier's requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
 the predicted and the realised accuracy over trailing windows of ``--window`` requests.
+
+Per deployment that served requests: requests, labels, the mean calibrated p of its labelled
+decisions *before* the deployment correction (what the quality breaker and the correction judge
+against), the realised accuracy with its Wilson interval, their difference (the residual) and the
+correction its latest decision carried (``p_correction``).  A deployment far below its predictions
+is one a provider may have changed behind its name.
 """
 
 from __future__ import annotations
@@ -77,6 +83,46 @@ def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:
     )
 
 
+@dataclass
+class DeploymentFeedback:
+    deployment_id: str
+    model: str
+    requests: int  # decisions that chose it
+    labels: int
+    predicted_accuracy: float | None  # mean p before correction over its labelled decisions
+    realised_accuracy: float | None
+    realised_ci95: tuple[float, float] | None
+    residual: float | None  # realised - predicted
+    p_correction: float  # the correction its latest decision carried
+
+
+def deployment_feedback(rows: list[LoggedDecision]) -> list[DeploymentFeedback]:
+    """Per chosen deployment, most requests first."""
+    served: dict[str, list[LoggedDecision]] = {}
+    for row in rows:
+        served.setdefault(str(row.decision["candidates"][row.decision["chosen"]]["deployment_id"]), []).append(row)
+    report = []
+    for deployment, picks in served.items():
+        chosen = [r.decision["candidates"][r.decision["chosen"]] for r in picks]
+        labelled = [(c, r.feedback) for c, r in zip(chosen, picks) if r.feedback is not None]
+        predicted = realised = None
+        if labelled:
+            predicted = sum(float(c["p"]) - float(c.get("p_correction", 0.0)) for c, _ in labelled) / len(labelled)
+            realised = sum(score for _, score in labelled) / len(labelled)
+        report.append(DeploymentFeedback(
+            deployment_id=deployment,
+            model=str(chosen[-1]["model"]),
+            requests=len(picks),
+            labels=len(labelled),
+            predicted_accuracy=predicted,
+            realised_accuracy=realised,
+            realised_ci95=wilson_interval(sum(score for _, score in labelled), len(labelled)) if labelled else None,
+            residual=None if realised is None else realised - predicted,
+            p_correction=float(chosen[-1].get("p_correction", 0.0)),
+        ))
+    return sorted(report, key=lambda d: (-d.requests, d.deployment_id))
+
+
 def by_tier(rows: list[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
     tiers: dict[str, list[LoggedDecision]] = {}
     for row in rows:
@@ -96,6 +142,20 @@ def format_report(report: list[TierCompliance]) -> str:
         lines.append(
             f"{t.tier:<12} {t.requests:>8} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
             f"{t.cost_per_1k_usd:>10.4f}  {deltas}"
+        )
+    return "\n".join(lines)
+
+
+def format_deployments(report: list[DeploymentFeedback]) -> str:
+    lines = [f"{'deployment':<24} {'model':<28} {'requests':>8} {'labels':>6} {'predicted':>9} {'realised [95% CI]':>24} "
+             f"{'residual':>8} {'correction':>10}"]
+    for d in report:
+        labelled = d.labels and d.realised_ci95 is not None
+        realised = f"{d.realised_accuracy:.3f} [{d.realised_ci95[0]:.3f}, {d.realised_ci95[1]:.3f}]" if labelled else "-"
+        lines.append(
+            f"{d.deployment_id[:24]:<24} {d.model[:28]:<28} {d.requests:>8} {d.labels:>6} "
+            f"{f'{d.predicted_accuracy:.3f}' if labelled else '-':>9} {realised:>24} "
+            f"{f'{d.residual:+.3f}' if labelled else '-':>8} {d.p_correction:>+10.3f}"
         )
     return "\n".join(lines)
 
@@ -147,8 +207,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.log}: no decision records (is it a decision_log.dir?)")
     tiers = by_tier(rows)
     report = [tier_compliance(tier, tier_rows) for tier, tier_rows in tiers.items()]
+    deployments = deployment_feedback(rows)
     print(format_report(report))
+    print()
+    print(format_deployments(deployments))
     print(f"figure: {plot(tiers, args.window, Path(args.png))}")
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(t) for t in report], indent=2))
+        Path(args.json).write_text(json.dumps(
+            {"tiers": [asdict(t) for t in report], "deployments": [asdict(d) for d in deployments]}, indent=2
+        ))
     return 0

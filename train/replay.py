@@ -207,7 +207,7 @@ def replay_stream(
             out.cost[i] = split.costs[r, d.slot]
             out.delta[i], out.infeasible[i] = delta, infeasible
             out.p_chosen[i] = d.p[d.index]
-            out.p_offset[i] = offsets[str(d.slot)]
+            out.p_offset[i] = d.p_correction[d.index] if d.p_correction else 0.0
             if controller is not None:
                 controller.record_decision(key, d.tau_effective, d.p[d.index], max(d.p), p_ref)
     return out

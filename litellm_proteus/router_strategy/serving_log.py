@@ -117,7 +117,7 @@ def log_routed(
         model_group=model_group,
         candidates=[
             LoggedCandidate(deployment_id(c.deployment), c.slot, slots[c.slot], float(cost), p_i,
-                            float(routed.p_offsets[i]) if routed.p_offsets else 0.0)
+                            float(decision.p_correction[i]) if decision.p_correction else 0.0)
             for i, (c, cost, p_i) in enumerate(zip(scored, routed.costs_usd, p))
         ],
         chosen=decision.index,

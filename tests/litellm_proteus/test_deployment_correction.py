@@ -35,6 +35,26 @@ def test_offsets_follow_the_window_and_stay_apart_from_the_breakers():
     assert corrector.offsets(["d1"])["d1"] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_each_deployment_is_fresh_on_its_own_and_read_at_once_after_a_label_of_ours():
+    """A proxy's model groups ask for different deployments: reading one group's must not make
+    another's cached numbers look fresh."""
+    now = [0.0]
+    controller = ComplianceController(ComplianceSettings())
+    corrector = DeploymentCorrection(ON.model_copy(update={"refresh_s": 60.0, "min_labels": 2, "prior": 1}),
+                                     controller, clock=lambda: now[0])
+    assert corrector.offsets(["a"]) == {"a": 0.0} and corrector.offsets(["b"]) == {"b": 0.0}
+    for _ in range(3):
+        controller.record_residual("correction:b", -0.5, 200)  # another worker's labels for b
+    now[0] = 30.0
+    assert corrector.offsets(["a"]) == {"a": 0.0}  # a read for group A ...
+    assert corrector.offsets(["b"]) == {"b": 0.0}  # ... leaves b on its own clock: cached until 60 s
+    now[0] = 61.0
+    assert corrector.offsets(["a"]) == {"a": 0.0}
+    assert corrector.offsets(["b"])["b"] == pytest.approx(3 / 4 * -0.5)
+    corrector.record("b", -0.5)  # this process's own label: read at once, within refresh_s
+    assert corrector.offsets(["b"])["b"] == pytest.approx(4 / 5 * -0.5)
+
+
 def test_disabled_records_nothing_and_corrects_nothing():
     controller = ComplianceController(ComplianceSettings())
     corrector = DeploymentCorrection(CorrectionSettings(), controller)
@@ -78,6 +98,7 @@ def test_the_predictor_adds_each_candidates_offset_to_its_p(make_artifact):
     corrected = predictor.decide_embeddings(
         embeddings, [0.85] * 64, [[Candidate(s, 1e-3 * (s + 1), o) for s, o in zip(slots, offsets)]] * 64
     )
-    assert all(d.index != favourite for d in corrected)
-    for before, after in zip(plain, corrected):
-        assert after.p == pytest.approx([p + o for p, o in zip(before.p, offsets)], abs=1e-6)
+    assert all(d.index != favourite for d in corrected) and all(d.p_correction == () for d in plain)
+    for before, after in zip(plain, corrected):  # clipped to [0, 1]; p_correction: what clipping kept
+        assert after.p == pytest.approx([min(max(p + o, 0.0), 1.0) for p, o in zip(before.p, offsets)], abs=1e-6)
+        assert after.p_correction == pytest.approx([a - b for a, b in zip(after.p, before.p)], abs=1e-12)

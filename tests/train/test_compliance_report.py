@@ -25,7 +25,8 @@ def write_log(directory) -> None:
         writer.submit(decision_record(
             call_id=call_id, key_hash=None, tier=tier, tau_source="key_metadata", state_key=f"tier:{tier}",
             tau=0.85, tau_requested=None, tau_effective=0.85 + delta, delta=delta, mu=0.5, model_group="g",
-            candidates=[LoggedCandidate("a", 0, "cheap", 0.001, 0.7), LoggedCandidate("b", 1, "strong", 0.01, 0.9)],
+            candidates=[LoggedCandidate("a", 0, "cheap", 0.001, 0.7),
+                        LoggedCandidate("b", 1, "strong", 0.01, 0.9 - 0.01 * i, -0.01 * i)],  # corrected down over time
             chosen=1 if tier == "premium" else 0, propensity=1.0, prompt=f"q{i}", artifact="", log_prompt=False,
             ts=100.0 + i,
         ))
@@ -44,16 +45,25 @@ def test_the_report_per_tier_with_the_figure_and_json(tmp_path, capsys):
     assert proteus_cli(argv) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["tier", "requests", "tau"]
-    report = {t["tier"]: t for t in json.loads((tmp_path / "c.json").read_text())}
+    written = json.loads((tmp_path / "c.json").read_text())
+    report = {t["tier"]: t for t in written["tiers"]}
     premium, economy = report["premium"], report["economy"]
     assert premium["requests"] == 4 and premium["tau"] == pytest.approx(0.85)
-    assert premium["predicted_accuracy"] == pytest.approx(0.9) and economy["predicted_accuracy"] == pytest.approx(0.7)
+    assert premium["predicted_accuracy"] == pytest.approx(0.9 - 0.03) and economy["predicted_accuracy"] == pytest.approx(0.7)
     assert premium["labels"] == 3 and premium["realised_accuracy"] == pytest.approx(2 / 3)
     assert premium["realised_ci95"] == pytest.approx(list(wilson_interval(2, 3)))
     assert economy["labels"] == 0 and economy["realised_accuracy"] is None
     assert premium["cost_per_1k_usd"] == pytest.approx(20.0) and economy["cost_per_1k_usd"] == pytest.approx(1.0)
     assert premium["delta_over_time"] == pytest.approx([0.0, 0.02, 0.04, 0.06])
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # per deployment: b served premium (c0, c2, c4, c6; labels 1, 0, 1), judged against its p before correction
+    deployments = {d["deployment_id"]: d for d in written["deployments"]}
+    strong, cheap = deployments["b"], deployments["a"]
+    assert strong["model"] == "strong" and strong["requests"] == 4 and strong["labels"] == 3
+    assert strong["predicted_accuracy"] == pytest.approx(0.9) and strong["realised_accuracy"] == pytest.approx(2 / 3)
+    assert strong["residual"] == pytest.approx(2 / 3 - 0.9) and strong["p_correction"] == pytest.approx(-0.06)
+    assert cheap["requests"] == 4 and cheap["labels"] == 0 and cheap["residual"] is None
+    assert "deployment" in out and "-0.233" in out and "-0.060" in out
 
 
 def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):

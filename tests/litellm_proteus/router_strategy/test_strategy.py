@@ -252,3 +252,22 @@ def test_a_changed_manifest_loads_a_new_predictor_and_the_old_one_is_released(st
         first_batcher.submit_future(None)
     text, decision, _ = asyncio.run(ask(router, tau=0.7))
     assert decision is not None and decision.model == "mistralai/mixtral-8x7b-chat"
+
+
+def test_feedback_trains_the_deployment_correction_against_the_p_before_correction(steerable_artifact):
+    """A logged p already holds its p_correction: the correction's window must see label - (p - p_correction),
+    or it would only estimate what is left of the bias and fade while the bias lasts."""
+    from litellm_proteus.router_strategy.strategy import ProteusRoutingStrategy
+
+    args = {"artifact": str(steerable_artifact), "tiers": {"premium": 0.9}, "default_tier": "premium",
+            "compliance": {"correction": {"enabled": True, "min_labels": 2, "prior": 1, "refresh_s": 0}}}
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    strategy = router.__dict__["async_get_available_deployment"].__self__
+    assert isinstance(strategy, ProteusRoutingStrategy)
+    record = {"state_key": "tier:premium", "tau": 0.9, "chosen": 0,
+              "candidates": [{"deployment_id": "gpt-4", "slot": 0, "model": "m", "cost_usd": 1e-3, "p": 0.6, "p_correction": -0.2}]}
+    for score in (1.0, 0.0):
+        strategy.on_feedback(record, score)
+    n, total, _ = strategy.compliance.residual_stats(["correction:gpt-4"])["correction:gpt-4"]
+    assert n == 2 and total == pytest.approx((1.0 - 0.8) + (0.0 - 0.8))
+    assert strategy.correction.offsets(["gpt-4"])["gpt-4"] == pytest.approx(2 / 3 * -0.3)
