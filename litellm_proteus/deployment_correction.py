@@ -8,7 +8,13 @@ shrinks with the deployment's share).  The correction puts the evidence where it
 deployment it keeps the residuals ``r = label - p`` of its last ``label_window`` feedback labels,
 with p the calibrated prediction *before* correction, and adds to every p predicted for it::
 
-    c = n / (n + prior) * mean(r)        (0 below min_labels labels)
+    c = min(0, n / (n + prior) * mean(r))        (0 below min_labels labels)
+
+It only lowers p.  A deployment's residual mixes its own bias with the traffic it served: raised on
+the labels of an easy mix, a cheap deployment keeps its raised p when the mix turns hard, and the
+tier loses accuracy the controller does not see.  Lowering is the side that keeps tau; paying less
+on the labels' evidence is the controller's job (delta below 0 only while the labels' lower 95 %
+bound is above tau).
 
 The calibrated p plus c, clipped to [0, 1], is what the controller's window (whose own residual is
 then what the corrections leave), exploration and the decision log see (each candidate's
@@ -41,7 +47,7 @@ class CorrectionSettings(BaseModel):
     """``routing_strategy_args.compliance.correction``."""
 
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = Field(False, description="shift each deployment's predicted p by its feedback residual")
+    enabled: bool = Field(True, description="lower each deployment's predicted p by its feedback residual")
     label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
     min_labels: int = Field(20, ge=2, description="labels before a deployment's p is corrected")
     prior: float = Field(
@@ -58,10 +64,10 @@ class CorrectionSettings(BaseModel):
 
 
 def correction(n: int, total: float, settings: CorrectionSettings) -> float:
-    """c for ``n`` residuals summing to ``total``."""
+    """c for ``n`` residuals summing to ``total`` (never above 0)."""
     if n < settings.min_labels:
         return 0.0
-    return n / (n + settings.prior) * (total / n)
+    return min(n / (n + settings.prior) * (total / n), 0.0)
 
 
 class DeploymentCorrection:
@@ -85,7 +91,16 @@ class DeploymentCorrection:
         """The correction of each of ``deployment_ids`` now (0.0 for all when disabled)."""
         if not self.settings.enabled:
             return {d: 0.0 for d in deployment_ids}
-        stats = self.residuals.stats(deployment_ids)
+        return self._offsets(self.residuals.stats(deployment_ids))
+
+    def cached_offsets(self, deployment_ids: Sequence[str]) -> dict[str, float] | None:
+        """``offsets`` from this process's fresh copy, or None when a read is due (no store call)."""
+        if not self.settings.enabled:
+            return {d: 0.0 for d in deployment_ids}
+        stats = self.residuals.cached(deployment_ids)
+        return None if stats is None else self._offsets(stats)
+
+    def _offsets(self, stats: dict) -> dict[str, float]:
         offsets = {d: correction(n, total, self.settings) for d, (n, total, _) in stats.items()}
         with self._lock:  # racing threads cannot leave an older value on the gauge
             changed = {d: c for d, c in offsets.items() if self._exported.get(d) != c}

@@ -44,11 +44,21 @@ class DeploymentResiduals:
         self.store.clear_residuals(self.prefix + deployment_id)
         self._changed(deployment_id)
 
-    def stats(self, deployment_ids: Sequence[str]) -> dict[str, Stats]:
+    def cached(self, deployment_ids: Sequence[str]) -> dict[str, Stats] | None:
+        """This process's fresh copy of every one of ``deployment_ids``, or None when a read is due
+        (never calls the store: safe on the event loop)."""
         now = self.clock()
         with self._lock:
             if all(now - self._read_at.get(d, -math.inf) < self.refresh_s for d in deployment_ids):
                 return {d: self._stats[d] for d in deployment_ids}
+        return None
+
+    def stats(self, deployment_ids: Sequence[str]) -> dict[str, Stats]:
+        fresh = self.cached(deployment_ids)
+        if fresh is not None:
+            return fresh
+        now = self.clock()
+        with self._lock:
             generation = self._generation
         read = self.store.residual_stats([self.prefix + d for d in deployment_ids])
         stats = {d: read[self.prefix + d] for d in deployment_ids}

@@ -353,7 +353,9 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
     async def _corrections(self, scored: list) -> tuple[float, ...]:
         """Per candidate, what the deployment correction adds to its predicted p."""
         ids = [deployment_id(s.deployment) for s in scored]
-        offsets = await self._off_loop(self.correction.offsets, ids)
+        offsets = self.correction.cached_offsets(ids)
+        if offsets is None:  # a read is due: it may go to Redis, so off the event loop
+            offsets = await self._off_loop(self.correction.offsets, ids)
         return tuple(offsets[d] for d in ids)
 
     def on_feedback(self, decision_record: dict, score: float) -> None:

@@ -18,7 +18,7 @@ ON = CorrectionSettings(enabled=True, min_labels=20, prior=100, refresh_s=0.0, l
 def test_the_correction_is_the_mean_residual_shrunk_by_the_prior():
     assert correction(19, -19 * 0.5, ON) == 0.0  # too few labels
     assert correction(20, -20 * 0.5, ON) == pytest.approx(20 / 120 * -0.5)
-    assert correction(100, 100 * 0.1, ON) == pytest.approx(0.05)  # above its predictions: p rises
+    assert correction(100, 100 * 0.1, ON) == 0.0  # above its predictions: p is never raised
     assert correction(10_000, -10_000 * 0.15, ON) == pytest.approx(-0.15, abs=0.002)  # many labels: the whole residual
 
 
@@ -42,13 +42,16 @@ def test_each_deployment_is_fresh_on_its_own_and_read_at_once_after_a_label_of_o
     controller = ComplianceController(ComplianceSettings())
     corrector = DeploymentCorrection(ON.model_copy(update={"refresh_s": 60.0, "min_labels": 2, "prior": 1}),
                                      controller, clock=lambda: now[0])
+    assert corrector.cached_offsets(["a"]) is None  # never read: due, and the request path must not read here
     assert corrector.offsets(["a"]) == {"a": 0.0} and corrector.offsets(["b"]) == {"b": 0.0}
+    assert corrector.cached_offsets(["a", "b"]) == {"a": 0.0, "b": 0.0}
     for _ in range(3):
         controller.record_residual("correction:b", -0.5, 200)  # another worker's labels for b
     now[0] = 30.0
     assert corrector.offsets(["a"]) == {"a": 0.0}  # a read for group A ...
     assert corrector.offsets(["b"]) == {"b": 0.0}  # ... leaves b on its own clock: cached until 60 s
     now[0] = 61.0
+    assert corrector.cached_offsets(["b"]) is None
     assert corrector.offsets(["a"]) == {"a": 0.0}
     assert corrector.offsets(["b"])["b"] == pytest.approx(3 / 4 * -0.5)
     corrector.record("b", -0.5)  # this process's own label: read at once, within refresh_s
@@ -57,7 +60,7 @@ def test_each_deployment_is_fresh_on_its_own_and_read_at_once_after_a_label_of_o
 
 def test_disabled_records_nothing_and_corrects_nothing():
     controller = ComplianceController(ComplianceSettings())
-    corrector = DeploymentCorrection(CorrectionSettings(), controller)
+    corrector = DeploymentCorrection(CorrectionSettings(enabled=False), controller)
     for _ in range(50):
         corrector.record("d1", -0.9)
     assert corrector.offsets(["d1"]) == {"d1": 0.0}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from litellm_proteus.compliance import ComplianceController, ComplianceSettings
+from litellm_proteus.deployment_correction import DeploymentCorrection
 from proteus_train.evaluation.baselines import Split
 from proteus_train.replay import (
     Degradation, Trace, build_stream, degradation_for, replay_stream, summarize, task_pools, trailing,
@@ -106,13 +107,17 @@ def test_a_degraded_stream_changes_outcomes_not_predictions(make_artifact):
     replay_stream(predictor, controller, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
     assert controller.snapshot("tier:tier")["realised_mean"] < 1.0
     # with the deployment correction the degraded slot's own labels lower its p: it is served less
-    corrected = ComplianceController(ComplianceSettings(
-        min_decisions=10, min_labels=5, window=50, correction={"enabled": True, "min_labels": 5, "prior": 5}))
-    trace = replay_stream(predictor, corrected, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
-    at, on_slot = np.arange(n), trace.slot == degradation.slot
-    assert trace.p_offset[on_slot & (at >= 150) & (at < 250)].mean() < trace.p_offset[on_slot & (at >= 50) & (at < 100)].mean()
+    # (outcomes all 1 before the shift: p is never raised for them; a short window forgets them)
+    worse = degradation_for(static, split, rows, start=100, drop=0.9, seed=1)
+    degraded = replay_stream(predictor, None, rows, split, 0.8, "tier", 0.0, 20, 8, seed=0, degradation=worse)
+    corrected = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50, correction={
+        "enabled": True, "min_labels": 5, "prior": 5, "label_window": 40}))
+    trace = replay_stream(predictor, corrected, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=worse)
+    at, on_slot = np.arange(n), trace.slot == worse.slot
+    assert (trace.p_offset[at < 100] == 0).all() and trace.p_offset.max() <= 0
+    assert DeploymentCorrection(corrected.settings.correction, corrected).offsets([str(worse.slot)])[str(worse.slot)] < -0.1
     late = at >= 250
-    assert on_slot[late].mean() < 0.1 < 0.5 < (static.slot[late] == degradation.slot).mean()
+    assert on_slot[late].mean() < 0.1 < 0.5 < (static.slot[late] == worse.slot).mean()
     assert trace.correct[late].mean() > degraded.correct[late].mean() + 0.3
 
 
