@@ -1,4 +1,4 @@
-"""The deployment correction: each deployment's predicted p, shifted by what its own feedback says.
+"""The deployment correction: each deployment's predicted p, lowered by what its own feedback says.
 
 The head's p_i(x) is calibrated per slot on validation.  A deployment whose answers change (a
 provider swaps the model behind a name) keeps its predictions, and the tier's compliance controller

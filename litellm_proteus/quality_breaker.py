@@ -12,7 +12,7 @@ the deployment is left out of the candidates (every request is still routed: if 
 is out, none is).  A left-out deployment gets no new labels, so it cannot prove itself fixed: after
 ``cooldown_s`` its window is cleared and it is a candidate again (half-open, as a circuit breaker),
 to be left out anew once ``min_labels`` fresh labels prove it still worse.  The windows are kept
-and read as ``deployment_residuals.py`` says.  Gauge ``proteus_breaker_open{deployment}``; a warning
+and read as ``deployment_residuals.py`` says, under ``breaker:<deployment id>``.  Gauge ``proteus_breaker_open{deployment}``; a warning
 when a deployment goes out or comes back.
 """
 
@@ -30,6 +30,7 @@ from .compliance_metrics import record_breaker
 from .deployment_residuals import DeploymentResiduals
 
 logger = logging.getLogger("litellm_proteus.quality_breaker")
+STORE_PREFIX = "breaker:"  # its residual windows, apart from the deployment correction's
 Z_95 = 1.96
 
 
@@ -71,7 +72,7 @@ class QualityBreaker:
 
     def __init__(self, settings: BreakerSettings, store, clock=time.monotonic):
         self.settings, self.clock = settings, clock
-        self.residuals = DeploymentResiduals(store, settings.label_window, settings.refresh_s, clock=clock)
+        self.residuals = DeploymentResiduals(store, settings.label_window, settings.refresh_s, STORE_PREFIX, clock)
         self._open: dict[str, bool] = {}
         self._opened_at: dict[str, float] = {}  # when this process first saw the deployment left out
         self._lock = threading.Lock()

@@ -54,7 +54,7 @@ def test_after_the_cooldown_a_left_out_deployment_is_a_candidate_again_with_a_fr
     with caplog.at_level(logging.WARNING, logger="litellm_proteus.quality_breaker"):
         assert breaker.open_ids(["d1"]) == set()
     assert "d1 is a candidate again (cooldown over: its window starts afresh)" in caplog.text
-    assert controller.residual_stats(["d1"]) == {"d1": (0, 0, 0)}
+    assert controller.residual_stats(["breaker:d1"]) == {"breaker:d1": (0, 0, 0)}
     feed(breaker, "d1", [-0.6] * 19)  # still bad: out again once min_labels fresh labels prove it
     assert breaker.open_ids(["d1"]) == set()
     feed(breaker, "d1", [-0.6])
@@ -65,15 +65,15 @@ def test_disabled_records_nothing_and_leaves_nothing_out():
     controller = ComplianceController()
     breaker = QualityBreaker(BreakerSettings(), controller)
     feed(breaker, "d1", [-0.9] * 100)
-    assert breaker.open_ids(["d1"]) == set() and controller.residual_stats(["d1"]) == {"d1": (0, 0, 0)}
+    assert breaker.open_ids(["d1"]) == set() and controller.residual_stats(["breaker:d1"]) == {"breaker:d1": (0, 0, 0)}
 
 
 def test_a_process_rereads_after_refresh_s_and_at_once_after_its_own_label():
     controller = ComplianceController(ComplianceSettings())
     breaker = QualityBreaker(BreakerSettings(enabled=True, min_labels=2, refresh_s=3600), controller)
     assert breaker.open_ids(["d1"]) == set()
-    controller.record_residual("d1", -0.9, 500)  # another worker's labels: unseen until the refresh
-    controller.record_residual("d1", -0.9, 500)
+    controller.record_residual("breaker:d1", -0.9, 500)  # another worker's labels: unseen until the refresh
+    controller.record_residual("breaker:d1", -0.9, 500)
     assert breaker.open_ids(["d1"]) == set()
     breaker.record("d1", -0.9)  # this process's own label: read at once
     assert breaker.open_ids(["d1"]) == {"d1"}
@@ -85,15 +85,15 @@ def test_redis_windows_match_the_local_ones_and_every_worker_sees_them(redis_ser
     b = ComplianceController(ComplianceSettings(), redis_url=redis_server.url)
     residuals = [-0.5, 0.5, -0.25, 0.25, -0.125] * 16  # 80 labels into a window of 50, mean about 0
     for r in residuals:
-        local.record_residual("d1", r, 50)
-        a.record_residual("d1", r, 50)
-    n, total, total_sq = b.residual_stats(["d1", "d2"])["d1"]
-    n_local, total_local, sq_local = local.residual_stats(["d1"])["d1"]
+        local.record_residual("breaker:d1", r, 50)
+        a.record_residual("breaker:d1", r, 50)
+    n, total, total_sq = b.residual_stats(["breaker:d1", "d2"])["breaker:d1"]
+    n_local, total_local, sq_local = local.residual_stats(["breaker:d1"])["breaker:d1"]
     assert n == n_local == 50 and total == pytest.approx(total_local) and total_sq == pytest.approx(sq_local)
     assert b.residual_stats(["d2"]) == {"d2": (0, 0.0, 0.0)}
     assert QualityBreaker(ON, b).open_ids(["d1"]) == set()
     for _ in range(50):
-        a.record_residual("d1", -0.4, 50)
+        a.record_residual("breaker:d1", -0.4, 50)
     assert QualityBreaker(ON, b).open_ids(["d1"]) == {"d1"}  # b never recorded a label itself
 
 

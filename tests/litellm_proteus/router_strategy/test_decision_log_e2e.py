@@ -214,7 +214,7 @@ def breaker_proxy(tmp_path_factory, steerable_artifact, redis_server):
 
 
 def test_feedback_that_proves_a_deployment_worse_takes_it_out_on_every_worker(breaker_proxy, redis_server):
-    gpt4_id, _ = wrong_answers_from_gpt4(breaker_proxy, redis_server.url, "proteus:breaker-test:deployment:{id}:residuals")
+    gpt4_id, _ = wrong_answers_from_gpt4(breaker_proxy, redis_server.url, "proteus:breaker-test:deployment:breaker:{id}:residuals")
     after = served_after(breaker_proxy)
     logged = {row.call_id: row.decision for row in join_log(log_dir(breaker_proxy))}
     assert all(len(logged[r.headers["x-litellm-call-id"]]["candidates"]) == 1 for r in after)  # gpt-4 not offered
