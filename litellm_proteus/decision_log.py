@@ -145,6 +145,12 @@ def chosen_p(decision: Mapping[str, Any]) -> float:
     return float(decision["candidates"][decision["chosen"]]["p"])
 
 
+def uncorrected_p(candidate: Mapping[str, Any]) -> float:
+    """A logged candidate's calibrated p before the deployment correction (what the correction's
+    residuals are taken against)."""
+    return float(candidate["p"]) - float(candidate.get("p_correction", 0.0))
+
+
 # -- writing -------------------------------------------------------------------------------------
 def log_file_name(pid: int, n: int, now: float | None = None, prefix: str = FILE_PREFIX) -> str:
     stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%dT%H%M%S")

@@ -292,20 +292,17 @@ class ProteusPredictor:
             if corrected:
                 p_offsets[row, : sizes[row]] = [c.p_offset for c in cands]
         p = np.take_along_axis(p_all, slots, axis=1)
-        if corrected:
-            p = p + p_offsets.astype(p.dtype)
+        p_routed = p + p_offsets.astype(p.dtype) if corrected else p
         boost = self.network.boost[slots]
-        s = routing_scores(p, mu, boost, self.network.gamma, self.costs.normalize(costs))
+        s = routing_scores(p_routed, mu, boost, self.network.gamma, self.costs.normalize(costs))
         valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
         best_all = np.where(valid, s, -np.inf).argmax(axis=1)
         # A non-policy operating point picks among the same live candidates (NO_CHOICE: the policy's pick).
         rules = [rule for _, rule in points]
-        picked = apply_rules(rules, p, boost, slots, costs, valid, embeddings, self.taus.centroids)
+        picked = apply_rules(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids)
         best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
             p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
-        elif corrected:
-            p = np.take_along_axis(p_all, slots, axis=1)
         applied = None
         if corrected:  # the p the controller and the log see, and what clipping to [0, 1] kept of each c
             shown = np.clip(p + p_offsets, 0.0, 1.0)

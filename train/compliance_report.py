@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from litellm_proteus.compliance import realised_bounds
-from litellm_proteus.decision_log import LoggedDecision, chosen_p, join_log
+from litellm_proteus.decision_log import LoggedDecision, chosen_p, join_log, uncorrected_p
 
 DELTA_SEGMENTS = 4
 
@@ -107,7 +107,7 @@ def deployment_feedback(rows: list[LoggedDecision]) -> list[DeploymentFeedback]:
         labelled = [(c, r.feedback) for c, r in zip(chosen, picks) if r.feedback is not None]
         predicted = realised = None
         if labelled:
-            predicted = sum(float(c["p"]) - float(c.get("p_correction", 0.0)) for c, _ in labelled) / len(labelled)
+            predicted = sum(uncorrected_p(c) for c, _ in labelled) / len(labelled)
             realised = sum(score for _, score in labelled) / len(labelled)
         report.append(DeploymentFeedback(
             deployment_id=deployment,
@@ -150,7 +150,7 @@ def format_deployments(report: list[DeploymentFeedback]) -> str:
     lines = [f"{'deployment':<24} {'model':<28} {'requests':>8} {'labels':>6} {'predicted':>9} {'realised [95% CI]':>24} "
              f"{'residual':>8} {'correction':>10}"]
     for d in report:
-        labelled = d.labels and d.realised_ci95 is not None
+        labelled = d.labels > 0
         realised = f"{d.realised_accuracy:.3f} [{d.realised_ci95[0]:.3f}, {d.realised_ci95[1]:.3f}]" if labelled else "-"
         lines.append(
             f"{d.deployment_id[:24]:<24} {d.model[:28]:<28} {d.requests:>8} {d.labels:>6} "

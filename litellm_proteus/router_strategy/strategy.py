@@ -32,7 +32,7 @@ from litellm.types.router import CustomRoutingStrategyBase
 from ..artifact import DEFAULT_ARTIFACT_DIR
 from ..compliance import Control, shared_controller, state_key_for
 from ..costs import deployment_id
-from ..decision_log import chosen_p
+from ..decision_log import chosen_p, uncorrected_p
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
@@ -367,7 +367,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         deployment = str(chosen.get("deployment_id") or "")
         self.breaker.record(deployment, score - p)
         # against the p before correction: the correction estimates the deployment's bias
-        self.correction.record(deployment, score - p + float(chosen.get("p_correction", 0.0)))
+        self.correction.record(deployment, score - uncorrected_p(chosen))
         serving_log.on_feedback(self, decision_record, score)
 
     async def _off_loop(self, fn: Any, *args: Any) -> Any:
