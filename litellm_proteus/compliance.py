@@ -21,6 +21,7 @@ to their own 95 % uncertainty, so plentiful labels pay for the accuracy tau need
 
 The router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
+That best p carries each deployment's proven shortfall (``deployment_correction.alarm_best_p``).
 
 State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
 and instances never race on a read-modify-write) with each process's own copy as fallback: when

@@ -8,8 +8,10 @@ shrinks with the deployment's share).  The correction puts the evidence where it
 deployment it keeps the residuals ``r = label - p`` of its last ``label_window`` feedback labels,
 with p the calibrated prediction *before* correction, and adds to every p predicted for it::
 
-    c = min(0, n / (n + prior) * mean(r))        (0 below min_labels labels)
+    c = min(0, n / (n + prior) * mean(r) + z * SE)        (0 below min_labels labels)
 
+with SE the standard error of mean(r): ``z`` > 0 leaves a shortfall within the labels' noise
+uncorrected (less cost on traffic whose labels agree with the predictions, slower recovery).
 It only lowers p.  A deployment's residual mixes its own bias with the traffic it served: raised on
 the labels of an easy mix, a cheap deployment keeps its raised p when the mix turns hard, and the
 tier loses accuracy the controller does not see.  Lowering is the side that keeps tau; paying less
@@ -31,9 +33,11 @@ id>`` (apart from the quality breaker's, whose residuals are taken against the c
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -51,8 +55,16 @@ class CorrectionSettings(BaseModel):
     label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
     min_labels: int = Field(20, ge=2, description="labels before a deployment's p is corrected")
     prior: float = Field(
-        100.0, gt=0,
+        100.0, ge=0,
         description="labels that weigh as much as the predictions: the correction is n / (n + prior) of the mean residual",
+    )
+    z: float = Field(
+        0.0, ge=0, le=5,
+        description="standard errors of the mean residual that are not corrected: c counts only the shortfall beyond z * SE",
+    )
+    alarm_z: float = Field(
+        1.645, ge=0, le=5,
+        description="the infeasible flag counts a deployment's shortfall only beyond alarm_z standard errors of its mean residual",
     )
     refresh_s: float = Field(1.0, ge=0, le=3600, description="how long a process reuses the residuals it read")
 
@@ -63,11 +75,38 @@ class CorrectionSettings(BaseModel):
         return self
 
 
-def correction(n: int, total: float, settings: CorrectionSettings) -> float:
-    """c for ``n`` residuals summing to ``total`` (never above 0)."""
-    if n < settings.min_labels:
+def shortfall(n: int, total: float, total_sq: float, min_labels: int, prior: float, z: float) -> float:
+    """min(0, n / (n + prior) * mean + z * SE) of ``n`` residuals with sum ``total`` and sum of
+    squares ``total_sq``; 0 below ``min_labels``."""
+    if n < max(min_labels, 2):
         return 0.0
-    return min(n / (n + settings.prior) * (total / n), 0.0)
+    mean = total / n
+    variance = max(total_sq / n - mean * mean, 0.0) * n / (n - 1)
+    return min(n / (n + prior) * mean + z * math.sqrt(variance / n), 0.0)
+
+
+def correction(n: int, total: float, total_sq: float, settings: CorrectionSettings) -> float:
+    """c: what routing adds to the deployment's p."""
+    return shortfall(n, total, total_sq, settings.min_labels, settings.prior, settings.z)
+
+
+def alarm_correction(n: int, total: float, total_sq: float, settings: CorrectionSettings) -> float:
+    """What the infeasible flag adds instead: the shortfall the labels prove, min(0, mean + alarm_z * SE)."""
+    return shortfall(n, total, total_sq, settings.min_labels, 0.0, settings.alarm_z)
+
+
+def alarm_best_p(p: Sequence[float], p_correction: Sequence[float], alarm: Sequence[float]) -> float:
+    """The best candidate's p as the infeasible flag reads it: each candidate's routing correction
+    (``p_correction``, included in ``p``) replaced by its alarm correction (either empty: none)."""
+    applied, proven = p_correction or [0.0] * len(p), alarm or [0.0] * len(p)
+    return max(min(max(pi - ci + ai, 0.0), 1.0) for pi, ci, ai in zip(p, applied, proven, strict=True))
+
+
+class Offsets(NamedTuple):
+    """Per deployment id, from one read of the windows."""
+
+    routing: dict[str, float]  # c: what routing adds to the deployment's p
+    alarm: dict[str, float]  # what the infeasible flag adds instead (``alarm_correction``)
 
 
 class DeploymentCorrection:
@@ -87,24 +126,25 @@ class DeploymentCorrection:
         if self.settings.enabled and deployment_id:
             self.residuals.record(deployment_id, residual)
 
-    def offsets(self, deployment_ids: Sequence[str]) -> dict[str, float]:
-        """The correction of each of ``deployment_ids`` now (0.0 for all when disabled)."""
+    def offsets(self, deployment_ids: Sequence[str]) -> Offsets:
+        """The corrections of ``deployment_ids`` now (0.0 for all when disabled)."""
         if not self.settings.enabled:
-            return {d: 0.0 for d in deployment_ids}
+            return Offsets(dict.fromkeys(deployment_ids, 0.0), dict.fromkeys(deployment_ids, 0.0))
         return self._offsets(self.residuals.stats(deployment_ids))
 
-    def cached_offsets(self, deployment_ids: Sequence[str]) -> dict[str, float] | None:
+    def cached_offsets(self, deployment_ids: Sequence[str]) -> Offsets | None:
         """``offsets`` from this process's fresh copy, or None when a read is due (no store call)."""
         if not self.settings.enabled:
-            return {d: 0.0 for d in deployment_ids}
+            return self.offsets(deployment_ids)
         stats = self.residuals.cached(deployment_ids)
         return None if stats is None else self._offsets(stats)
 
-    def _offsets(self, stats: dict) -> dict[str, float]:
-        offsets = {d: correction(n, total, self.settings) for d, (n, total, _) in stats.items()}
+    def _offsets(self, stats: dict) -> Offsets:
+        routing = {d: correction(n, total, total_sq, self.settings) for d, (n, total, total_sq) in stats.items()}
+        alarm = {d: alarm_correction(n, total, total_sq, self.settings) for d, (n, total, total_sq) in stats.items()}
         with self._lock:  # racing threads cannot leave an older value on the gauge
-            changed = {d: c for d, c in offsets.items() if self._exported.get(d) != c}
+            changed = {d: c for d, c in routing.items() if self._exported.get(d) != c}
             if changed:
                 record_correction(changed)
                 self._exported.update(changed)
-        return offsets
+        return Offsets(routing, alarm)

@@ -158,7 +158,7 @@ def replay_stream(
     None routes every request at ``fixed_delta``.  ``degradation``: the outcomes a degraded slot
     realises (predictions unchanged).  With the controller's ``breaker`` or ``correction`` enabled,
     each slot plays one deployment (its id: the slot number)."""
-    from litellm_proteus.deployment_correction import DeploymentCorrection
+    from litellm_proteus.deployment_correction import DeploymentCorrection, alarm_best_p
     from litellm_proteus.predictor import Candidate
     from litellm_proteus.quality_breaker import QualityBreaker
 
@@ -172,7 +172,7 @@ def replay_stream(
     step = batch if controller is not None else n
     breaker = QualityBreaker(controller.settings.breaker, controller) if controller is not None else None
     corrector = DeploymentCorrection(controller.settings.correction, controller) if controller is not None else None
-    offsets = {str(s): 0.0 for s in range(k)}
+    offsets = alarm = {str(s): 0.0 for s in range(k)}
     p_ref = predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)
     for start in range(0, n, step):
         if controller is not None:
@@ -186,7 +186,7 @@ def replay_stream(
             control = controller.control(key, tau)
             delta, infeasible = control.delta, control.infeasible
             left_out = breaker.open_ids([str(s) for s in range(k)])
-            offsets = corrector.offsets([str(s) for s in range(k)])
+            offsets, alarm = corrector.offsets([str(s) for s in range(k)])
         else:
             delta, infeasible, left_out = fixed_delta, False, set()
         slots = [s for s in range(k) if str(s) not in left_out] or list(range(k))
@@ -209,7 +209,8 @@ def replay_stream(
             out.p_chosen[i] = d.p[d.index]
             out.p_offset[i] = d.p_correction[d.index] if d.p_correction else 0.0
             if controller is not None:
-                controller.record_decision(key, d.tau_effective, d.p[d.index], max(d.p), p_ref)
+                p_best = alarm_best_p(d.p, d.p_correction, [alarm[str(s)] for s in slots])
+                controller.record_decision(key, d.tau_effective, d.p[d.index], p_best, p_ref)
     return out
 
 

@@ -38,7 +38,7 @@ from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
 from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
-from ..deployment_correction import DeploymentCorrection
+from ..deployment_correction import DeploymentCorrection, alarm_best_p
 from ..quality_breaker import QualityBreaker
 from ..observability import (
     DecisionRecord,
@@ -296,7 +296,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         unfiltered = len(scored)
         if self.breaker.settings.enabled:
             scored = await self._without_open_breakers(scored)
-        p_offsets = await self._corrections(scored) if self.correction.settings.enabled else ()
+        p_offsets, alarm_offsets = await self._corrections(scored) if self.correction.settings.enabled else ((), ())
         tier = await self._tier(request)
         resolution = resolve_tau(self.config, request.tau, tier)
         control = await self._off_loop(self._control, resolution)
@@ -307,7 +307,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             )
         )
         decision = routed.decision
-        await self._off_loop(self._record_decision, control, decision)
+        await self._off_loop(self._record_decision, control, decision, alarm_offsets)
         chosen = scored[decision.index]
         record = DecisionRecord(
             model_group=model,
@@ -350,13 +350,14 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         kept = [s for s, d in zip(scored, ids) if d not in out]
         return kept or scored
 
-    async def _corrections(self, scored: list) -> tuple[float, ...]:
-        """Per candidate, what the deployment correction adds to its predicted p."""
+    async def _corrections(self, scored: list) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per candidate, what the deployment correction adds to its predicted p, and what the
+        infeasible flag adds instead."""
         ids = [deployment_id(s.deployment) for s in scored]
         offsets = self.correction.cached_offsets(ids)
         if offsets is None:  # a read is due: it may go to Redis, so off the event loop
             offsets = await self._off_loop(self.correction.offsets, ids)
-        return tuple(offsets[d] for d in ids)
+        return tuple(offsets.routing[d] for d in ids), tuple(offsets.alarm[d] for d in ids)
 
     def on_feedback(self, decision_record: dict, score: float) -> None:
         """A feedback score in [0, 1] for a logged decision (``litellm_proteus/feedback.py``)."""
@@ -377,11 +378,13 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             return fn(*args)
         return await asyncio.to_thread(fn, *args)
 
-    def _record_decision(self, control: Control, decision: Any) -> None:
+    def _record_decision(self, control: Control, decision: Any, alarm_offsets: tuple[float, ...]) -> None:
         p_chosen = float(decision.p[decision.index])
         predictor = self.engine.predictor
         p_ref = predictor.taus.reference_p(decision.tau_effective, predictor.mix_operating_points)
-        self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, max(decision.p), p_ref)
+        # the infeasible flag reads each candidate with the shortfall its labels prove, not the routing correction
+        p_best = alarm_best_p(decision.p, decision.p_correction, alarm_offsets)
+        self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, p_best, p_ref)
         serving_log.record_gauges(self, control.state_key, p_chosen)
 
     def _control(self, resolution: TauResolution) -> Control:

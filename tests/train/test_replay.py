@@ -115,10 +115,37 @@ def test_a_degraded_stream_changes_outcomes_not_predictions(make_artifact):
     trace = replay_stream(predictor, corrected, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=worse)
     at, on_slot = np.arange(n), trace.slot == worse.slot
     assert (trace.p_offset[at < 100] == 0).all() and trace.p_offset.max() <= 0
-    assert DeploymentCorrection(corrected.settings.correction, corrected).offsets([str(worse.slot)])[str(worse.slot)] < -0.1
+    assert DeploymentCorrection(corrected.settings.correction, corrected).offsets([str(worse.slot)]).routing[str(worse.slot)] < -0.1
     late = at >= 250
     assert on_slot[late].mean() < 0.1 < 0.5 < (static.slot[late] == worse.slot).mean()
     assert trace.correct[late].mean() > degraded.correct[late].mean() + 0.3
+
+
+def test_the_infeasible_flag_reads_the_proven_shortfall_not_the_routing_correction(make_artifact):
+    """Slot 0 (p about 0.5) fails from request 100 on; slot 1 is known to be far worse already.
+    The flag waits until its labels prove the shortfall beyond alarm_z standard errors."""
+    from litellm_proteus.predictor import ProteusPredictor
+
+    predictor = ProteusPredictor(make_artifact(["small", "large"], tau_range=(0.3, 0.9), tau_train_range=(0.25, 0.95)))
+    rng = np.random.default_rng(0)
+    n = 400
+    split = Split(rng.normal(size=(n, 384)).astype(np.float32), np.ones((n, 2)), np.tile([0.001, 0.01], (n, 1)),
+                  rng.random(n))
+    rows = np.arange(n)
+    fails = Degradation(slot=0, start=100, drop=0.9, rate=1.0, seed=1)
+
+    def served(alarm_z: float):
+        controller = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50, correction={
+            "min_labels": 5, "prior": 5, "label_window": 40, "alarm_z": alarm_z}))
+        for _ in range(40):  # slot 1: 0.45 below its predictions, with no noise to doubt it
+            controller.record_residual("correction:1", -0.45, 40)
+        return replay_stream(predictor, controller, rows, split, 0.45, "tier", 1.0, 20, 8, seed=0, degradation=fails)
+
+    on_any, on_proof = served(0.0), served(5.0)
+    np.testing.assert_array_equal(on_any.slot, on_proof.slot)  # the flag routes nothing
+    assert (on_any.slot[:100] == 0).all() and not on_any.infeasible[:100].any()
+    first = [int(np.argmax(t.infeasible)) if t.infeasible.any() else n for t in (on_any, on_proof)]
+    assert 100 < first[0] < first[1] < n  # flagged on any shortfall first, on 5 SE of proof later
 
 
 @pytest.mark.parametrize("settings, fragment", [('{"start-z": 0}', "start-z: Extra inputs are not permitted"),

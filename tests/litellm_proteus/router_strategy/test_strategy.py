@@ -270,4 +270,23 @@ def test_feedback_trains_the_deployment_correction_against_the_p_before_correcti
         strategy.on_feedback(record, score)
     n, total, _ = strategy.compliance.residual_stats(["correction:gpt-4"])["correction:gpt-4"]
     assert n == 2 and total == pytest.approx((1.0 - 0.8) + (0.0 - 0.8))
-    assert strategy.correction.offsets(["gpt-4"])["gpt-4"] == pytest.approx(2 / 3 * -0.3)
+    assert strategy.correction.offsets(["gpt-4"]).routing["gpt-4"] == pytest.approx(2 / 3 * -0.3)
+
+
+@pytest.mark.parametrize(("alarm_z", "flagged"), [(0.0, True), (5.0, False)])
+def test_the_infeasible_flag_counts_only_the_shortfall_the_labels_prove(steerable_artifact, upstream, alarm_z, flagged):
+    """Four labels put both deployments 0.4 below their predictions, within their noise (SE 0.29):
+    routing lowers their p by it, but a tier is said to be infeasible only on a proven shortfall."""
+    args = {"artifact": str(steerable_artifact),
+            "compliance": {"min_decisions": 1,
+                           "correction": {"min_labels": 2, "prior": 0, "alarm_z": alarm_z, "refresh_s": 0}}}
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    strategy = router.__dict__["async_get_available_deployment"].__self__
+    for deployment in ("gpt-4-1106-preview", "mixtral-8x7b-chat"):
+        for residual in (0.1, -0.9, 0.1, -0.9):
+            strategy.correction.record(deployment, residual)
+    _, first, _ = asyncio.run(ask(router, tau=0.7))
+    assert not first.infeasible  # no decision recorded yet
+    _, second, _ = asyncio.run(ask(router, tau=0.7))
+    assert second.infeasible is flagged
+    assert second.headers().get("x-proteus-infeasible") == ("true" if flagged else None)
