@@ -33,7 +33,6 @@ id>`` (apart from the quality breaker's, whose residuals are taken against the c
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Sequence
@@ -42,7 +41,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .compliance_metrics import record_correction
-from .deployment_residuals import DeploymentResiduals
+from .deployment_residuals import DeploymentResiduals, mean_and_se
 
 STORE_PREFIX = "correction:"
 
@@ -80,9 +79,8 @@ def shortfall(n: int, total: float, total_sq: float, min_labels: int, prior: flo
     squares ``total_sq``; 0 below ``min_labels``."""
     if n < max(min_labels, 2):
         return 0.0
-    mean = total / n
-    variance = max(total_sq / n - mean * mean, 0.0) * n / (n - 1)
-    return min(n / (n + prior) * mean + z * math.sqrt(variance / n), 0.0)
+    mean, se = mean_and_se(n, total, total_sq)
+    return min(n / (n + prior) * mean + z * se, 0.0)
 
 
 def correction(n: int, total: float, total_sq: float, settings: CorrectionSettings) -> float:

@@ -18,6 +18,14 @@ from collections.abc import Sequence
 Stats = tuple[int, float, float]  # labels, sum of residuals, sum of their squares
 
 
+def mean_and_se(n: int, total: float, total_sq: float) -> tuple[float, float]:
+    """The mean of ``n`` >= 2 residuals (sum ``total``, sum of squares ``total_sq``) and its
+    standard error, from their sample variance."""
+    mean = total / n
+    variance = max(total_sq / n - mean * mean, 0.0) * n / (n - 1)
+    return mean, math.sqrt(variance / n)
+
+
 class DeploymentResiduals:
     """``record`` per feedback label, ``stats`` per request, ``clear`` to start a window afresh.
 

@@ -19,7 +19,6 @@ when a deployment goes out or comes back.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .compliance_metrics import record_breaker
-from .deployment_residuals import DeploymentResiduals
+from .deployment_residuals import DeploymentResiduals, mean_and_se
 
 logger = logging.getLogger("litellm_proteus.quality_breaker")
 STORE_PREFIX = "breaker:"  # its residual windows, apart from the deployment correction's
@@ -59,9 +58,8 @@ def breaker_open(n: int, total: float, total_sq: float, settings: BreakerSetting
     deployment ``threshold`` below its predictions."""
     if n < settings.min_labels:
         return False
-    mean = total / n
-    variance = max(total_sq / n - mean * mean, 0.0) * n / (n - 1)
-    return mean + Z_95 * math.sqrt(variance / n) < -settings.threshold
+    mean, se = mean_and_se(n, total, total_sq)
+    return mean + Z_95 * se < -settings.threshold
 
 
 class QualityBreaker:
