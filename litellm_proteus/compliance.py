@@ -8,16 +8,20 @@ After every decision the tau offset moves::
     w      = n_labels / (n_labels + label_prior)       (0 below min_labels labels)
     p_hat  = mean(p_chosen) + w * mean(label - p)      (labels win as they accumulate)
     m0     = clip(p_ref(tau) - tau, 0, margin)         (margin where the artifact stores no p_ref)
-    target = tau + min(margin, (1 - w) * m0 + w * (mean(label) - lower95(label)))
+    half   = mean(label) - lower95(label)              (one-sided Wilson bound, z = label_z)
+    target = tau + min(margin, (1 - w) * m0 + w * half)
     error  = target - p_hat, but 0 while delta <= 0 and 0 < error < start_z * se(window mean p)
     delta <- clip((1 - decay) * delta + step * error, lower, delta_max)
-    lower  = delta_min if lower95(label) > tau, else 0  (Wilson bound)
+    lower  = delta_min if lower95(label) > tau and p_hat - half > tau, else 0
 
 p_ref(tau) is the mean calibrated p that static calibration validated at tau (the artifact's
 ``requested_p_ref`` / ``frontier_p_ref``): without labels the controller moves only once live
 traffic is predicted below both it and tau + margin, i.e. on a shift, not on traffic the tau table
 was validated for.  The margin covers what predictions miss of a shift; labels can only shrink it,
 to their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
+Below 0 needs both bounds above tau: the labels' realised accuracy, and p_hat, the accuracy of what
+is served now (a label window still full of good outcomes from before a shift or a degraded
+deployment licenses nothing once p_hat has dropped).
 
 The router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
@@ -46,7 +50,7 @@ from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
 
 logger = logging.getLogger("litellm_proteus.compliance")
-Z_95 = 1.96  # two-sided 95 %: the realised accuracy's bounds
+Z_95 = 1.96  # two-sided 95 %: the realised accuracy's interval the gauges and reports show
 CLIENT_NAME_PREFIX = "proteus-compliance-"
 
 
@@ -63,6 +67,10 @@ class ComplianceSettings(BaseModel):
     )
     min_decisions: int = Field(50, ge=1, description="decisions before delta moves or infeasible is said")
     min_labels: int = Field(20, ge=2, description="labels before their residual corrects p_hat")
+    label_z: float = Field(
+        1.645, gt=0, le=5,
+        description="z of the labels' lower bound (Wilson): the target's label margin and the delta < 0 rule; 1.645: one-sided 95 %",
+    )
     delta_min: float = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
     delta_max: float = Field(0.3, ge=0, le=1, description="highest delta")
     decay: float = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
@@ -117,13 +125,14 @@ class WindowState:
     labels: deque = field(default_factory=deque)  # (p, y)
 
 
-def realised_bounds(n: int, sum_y: float) -> tuple[float, float, float]:
-    """(mean, lower, upper) of the labels: Wilson's 95 % interval (sound for few labels too)."""
+def realised_bounds(n: int, sum_y: float, z: float = Z_95) -> tuple[float, float, float]:
+    """(mean, lower, upper) of the labels: Wilson's interval at ``z`` (two-sided 95 % by default;
+    sound for few labels too)."""
     if n == 0:
         return math.nan, math.nan, math.nan
-    mean, z2 = sum_y / n, Z_95 * Z_95
+    mean, z2 = sum_y / n, z * z
     centre = (mean + z2 / (2 * n)) / (1 + z2 / n)
-    half = Z_95 * math.sqrt(max(mean * (1 - mean), 0.0) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    half = z * math.sqrt(max(mean * (1 - mean), 0.0) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return mean, centre - half, centre + half
 
 
@@ -137,16 +146,16 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
     if state.n < s.min_decisions:
         return
     residual = weight = ci_half = 0.0
-    lower = 0.0
+    proven = False  # the realised accuracy's lower bound is above tau
     if state.n_labels >= s.min_labels:
         weight = state.n_labels / (state.n_labels + s.label_prior)
         residual = weight * state.sum_res / state.n_labels
-        mean, low, _ = realised_bounds(state.n_labels, state.sum_y)
+        mean, low, _ = realised_bounds(state.n_labels, state.sum_y, s.label_z)
         ci_half = mean - low
-        if low > tau:
-            lower = s.delta_min
+        proven = low > tau
     mean_p = state.sum_p / state.n
     p_hat = mean_p + residual
+    lower = s.delta_min if proven and p_hat - ci_half > tau else 0.0
     target = tau + min(margin, (1.0 - weight) * free_margin + weight * ci_half)
     error = target - p_hat
     if state.delta <= 0.0 and error > 0.0:  # at rest: only a shortfall beyond the window's noise starts it
@@ -241,7 +250,7 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior, then m0 (the label-free margin) and start_z.  Returns {delta, infeasible}
+# step, ttl_s, label_prior, then m0 (the label-free margin), start_z and label_z.  Returns {delta, infeasible}
 # as strings (Lua numbers would be cut to integers).
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
@@ -250,7 +259,7 @@ local window, lwindow = tonumber(ARGV[5]), tonumber(ARGV[6])
 local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
-local prior, free_margin, start_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17])
+local prior, free_margin, start_z, label_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
@@ -284,18 +293,19 @@ else
   local n = redis.call('LLEN', dl)
   if n >= min_dec then
     local nl = redis.call('LLEN', ll)
-    local residual, weight, ci_half, lower = 0, 0, 0, 0
+    local residual, weight, ci_half, proven, lower = 0, 0, 0, false, 0
     if nl >= min_lab then
       weight = nl / (nl + prior)
       residual = weight * num('sum_res') / nl
-      local mean, z2 = num('sum_y') / nl, 1.96 * 1.96
+      local mean, z2 = num('sum_y') / nl, label_z * label_z
       local centre = (mean + z2 / (2 * nl)) / (1 + z2 / nl)
-      local half = 1.96 * math.sqrt(math.max(mean * (1 - mean), 0) / nl + z2 / (4 * nl * nl)) / (1 + z2 / nl)
+      local half = label_z * math.sqrt(math.max(mean * (1 - mean), 0) / nl + z2 / (4 * nl * nl)) / (1 + z2 / nl)
       ci_half = mean - (centre - half)
-      if centre - half > tau then lower = dmin end
+      proven = centre - half > tau
     end
     local mean_p = num('sum_p') / n
     local p_hat = mean_p + residual
+    if proven and p_hat - ci_half > tau then lower = dmin end
     local target = tau + math.min(margin, (1 - weight) * free_margin + weight * ci_half)
     local err = target - p_hat
     if num('delta') <= 0 and err > 0 then
@@ -356,7 +366,7 @@ class RedisBackend:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
                 s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior,
-                repr(float(free_margin)), s.start_z]
+                repr(float(free_margin)), s.start_z, s.label_z]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")

@@ -13,6 +13,7 @@ from litellm_proteus.compliance import ComplianceController, ComplianceSettings,
 
 TAU = 0.8
 KEY = "tier:standard"
+LABEL_Z = ComplianceSettings().label_z  # the labels' one-sided lower 95 % bound
 
 
 def settings(**overrides) -> ComplianceSettings:
@@ -55,7 +56,7 @@ def test_labels_win_over_predictions():
     for _ in range(10):  # predicted 0.9, realised 0.6: half-weighted (10 labels, prior 10) residual -0.15
         controller.record_feedback(KEY, TAU, 0.9, 0.6)
     feed(controller, [0.9] * 5)
-    ci_half = 0.6 - realised_bounds(10, 6.0)[1]
+    ci_half = 0.6 - realised_bounds(10, 6.0, LABEL_Z)[1]
     target = TAU + 0.5 * 0.3 + 0.5 * ci_half  # the margin gives way to the labels' uncertainty
     assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * (target - 0.75))
     snap = controller.snapshot(KEY)
@@ -64,21 +65,61 @@ def test_labels_win_over_predictions():
 
 def test_delta_goes_below_zero_only_when_the_labels_lower_bound_is_above_tau():
     sure = ComplianceController(settings(label_window=200))
-    for outcome in [1.0] * 98 + [0.0] * 2:  # realised 0.98, Wilson lower 95 % bound ~0.93 > tau
+    for outcome in [1.0] * 98 + [0.0] * 2:  # realised 0.98, one-sided Wilson lower 95 % bound ~0.94 > tau
         sure.record_feedback(KEY, TAU, 0.9, outcome)
     feed(sure, [0.9] * 50)
     assert sure.control(KEY, TAU).delta == pytest.approx(-0.05)  # delta_min
     assert sure.snapshot(KEY)["realised_ci95"][0] > TAU
 
     unsure = ComplianceController(settings())
-    for outcome in [1.0] * 19 + [0.0]:  # realised 0.95 but 20 labels: Wilson lower bound ~0.76 < tau
+    for outcome in [1.0] * 18 + [0.0] * 2:  # realised 0.9 but 20 labels: one-sided lower bound ~0.74 < tau
         unsure.record_feedback(KEY, TAU, 0.75, outcome)
+    assert realised_bounds(20, 18.0, LABEL_Z)[1] < TAU
     feed(unsure, [0.95] * 50)
     assert unsure.control(KEY, TAU).delta == 0.0
 
     no_labels = ComplianceController(settings())
     feed(no_labels, [0.99] * 50)
     assert no_labels.control(KEY, TAU).delta == 0.0
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_labels_lower_bound_is_one_sided_95_percent_by_default(redis_server, shared):
+    outcomes = [1.0] * 87 + [0.0] * 13  # realised 0.87: one-sided bound above tau, two-sided below
+    assert realised_bounds(100, 87.0, 1.645)[1] > TAU > realised_bounds(100, 87.0, 1.96)[1]
+    deltas = {}
+    for z in (None, 1.96):
+        controller = ComplianceController(settings(label_window=200, **({} if z is None else {"label_z": z})),
+                                          redis_url=redis_server.url if shared else None)
+        key = f"{KEY}:z:{z}:{shared}"
+        for outcome in outcomes:
+            controller.record_feedback(key, TAU, 0.87, outcome)
+        for _ in range(50):  # p_hat 0.9 + 0.909 * 0 = 0.9: its bound is above tau too
+            controller.record_decision(key, TAU, 0.9, 0.9)
+        assert controller.shared == shared
+        deltas[z] = controller.control(key, TAU).delta
+    assert deltas[None] == pytest.approx(-0.05) and deltas[1.96] == 0.0
+    assert realised_bounds(100, 87.0)[1] == realised_bounds(100, 87.0, 1.96)[1]  # the reports' interval stays two-sided
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_good_labels_from_before_a_drop_license_no_delta_below_zero(redis_server, shared):
+    """The label window still holds 100 successes, but what is served now is predicted lower:
+    p_hat less the labels' uncertainty is below tau, so delta stays at 0 (it went to delta_min
+    while the predictions stayed high)."""
+    def run(p_now: float) -> float:
+        controller = ComplianceController(settings(label_window=200), redis_url=redis_server.url if shared else None)
+        key = f"{KEY}:stale:{p_now}:{shared}"
+        for _ in range(100):  # predicted 0.95, all right: residual +0.05, realised lower bound ~0.97
+            controller.record_feedback(key, TAU, 0.95, 1.0)
+        for _ in range(30):
+            controller.record_decision(key, TAU, p_now, p_now)
+        assert controller.shared == shared and controller.snapshot(key)["realised_ci95"][0] > TAU
+        return controller.control(key, TAU).delta
+
+    # p_hat = 0.77 + 100/110 * 0.05 = 0.8155 > tau (delta would fall), but 0.8155 - 0.026 < tau
+    assert run(0.77) == 0.0
+    assert run(0.95) == pytest.approx(-0.05)
 
 
 def test_delta_decays_back_to_zero_when_traffic_eases():
@@ -230,7 +271,7 @@ def test_labels_correct_the_reference_target_as_they_do_the_margin():
         controller.record_feedback(KEY, TAU, 0.82, 0.6)
     for _ in range(5):
         controller.record_decision(KEY, TAU, 0.82, 0.82, 0.82)
-    ci_half = 0.6 - realised_bounds(10, 6.0)[1]
+    ci_half = 0.6 - realised_bounds(10, 6.0, LABEL_Z)[1]
     target = TAU + min(0.05, 0.5 * 0.02 + 0.5 * ci_half)
     assert controller.control(KEY, TAU).delta == pytest.approx(0.1 * (target - (0.82 - 0.11)))
 
