@@ -12,16 +12,18 @@ After every decision the tau offset moves::
     target = tau + min(margin, (1 - w) * m0 + w * half)
     error  = target - p_hat, but 0 while delta <= 0 and 0 < error < start_z * se(window mean p)
     delta <- clip((1 - decay) * delta + step * error, lower, delta_max)
-    lower  = delta_min if lower95(label) > tau and p_hat - half > tau, else 0
+    p_now  = mean(p_chosen) + min(w * r, r)            (r = mean(label - p): unshrunk when negative)
+    lower  = delta_min if lower95(label) > tau and p_now - half > tau, else 0
 
 p_ref(tau) is the mean calibrated p that static calibration validated at tau (the artifact's
 ``requested_p_ref`` / ``frontier_p_ref``): without labels the controller moves only once live
 traffic is predicted below both it and tau + margin, i.e. on a shift, not on traffic the tau table
 was validated for.  The margin covers what predictions miss of a shift; labels can only shrink it,
 to their own 95 % uncertainty, so plentiful labels pay for the accuracy tau needs, not for the margin.
-Below 0 needs both bounds above tau: the labels' realised accuracy, and p_hat, the accuracy of what
-is served now (a label window still full of good outcomes from before a shift or a degraded
-deployment licenses nothing once p_hat has dropped).
+Below 0 needs both above tau: the labels' realised accuracy's lower bound, and p_now, what is
+served now as the labels correct it, less the same half-width (a label window still full of good
+outcomes from before a shift or a degraded deployment licenses nothing once the predictions have
+dropped; a negative residual counts in full, since shrinking it towards 0 would flatter).
 
 The router routes at calibrated(tau + delta).  A state is *infeasible* when, over the window,
 even the best candidate's p (+ the residual) falls short of tau: no offset can reach tau there.
@@ -145,17 +147,19 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
     """The dual step after a decision (mirrored by ``_LUA``); ``free_margin``: m0."""
     if state.n < s.min_decisions:
         return
-    residual = weight = ci_half = 0.0
+    residual = weight = ci_half = residual_now = 0.0
     proven = False  # the realised accuracy's lower bound is above tau
     if state.n_labels >= s.min_labels:
         weight = state.n_labels / (state.n_labels + s.label_prior)
-        residual = weight * state.sum_res / state.n_labels
+        raw = state.sum_res / state.n_labels
+        residual = weight * raw
+        residual_now = min(residual, raw)  # unshrunk when negative: shrinking it would flatter
         mean, low, _ = realised_bounds(state.n_labels, state.sum_y, s.label_z)
         ci_half = mean - low
         proven = low > tau
     mean_p = state.sum_p / state.n
     p_hat = mean_p + residual
-    lower = s.delta_min if proven and p_hat - ci_half > tau else 0.0
+    lower = s.delta_min if proven and mean_p + residual_now - ci_half > tau else 0.0
     target = tau + min(margin, (1.0 - weight) * free_margin + weight * ci_half)
     error = target - p_hat
     if state.delta <= 0.0 and error > 0.0:  # at rest: only a shortfall beyond the window's noise starts it
@@ -293,10 +297,12 @@ else
   local n = redis.call('LLEN', dl)
   if n >= min_dec then
     local nl = redis.call('LLEN', ll)
-    local residual, weight, ci_half, proven, lower = 0, 0, 0, false, 0
+    local residual, weight, ci_half, residual_now, proven, lower = 0, 0, 0, 0, false, 0
     if nl >= min_lab then
       weight = nl / (nl + prior)
-      residual = weight * num('sum_res') / nl
+      local raw = num('sum_res') / nl
+      residual = weight * raw
+      residual_now = math.min(residual, raw)
       local mean, z2 = num('sum_y') / nl, label_z * label_z
       local centre = (mean + z2 / (2 * nl)) / (1 + z2 / nl)
       local half = label_z * math.sqrt(math.max(mean * (1 - mean), 0) / nl + z2 / (4 * nl * nl)) / (1 + z2 / nl)
@@ -305,7 +311,7 @@ else
     end
     local mean_p = num('sum_p') / n
     local p_hat = mean_p + residual
-    if proven and p_hat - ci_half > tau then lower = dmin end
+    if proven and mean_p + residual_now - ci_half > tau then lower = dmin end
     local target = tau + math.min(margin, (1 - weight) * free_margin + weight * ci_half)
     local err = target - p_hat
     if num('delta') <= 0 and err > 0 then

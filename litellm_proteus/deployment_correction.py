@@ -15,8 +15,8 @@ uncorrected (less cost on traffic whose labels agree with the predictions, slowe
 It only lowers p.  A deployment's residual mixes its own bias with the traffic it served: raised on
 the labels of an easy mix, a cheap deployment keeps its raised p when the mix turns hard, and the
 tier loses accuracy the controller does not see.  Lowering is the side that keeps tau; paying less
-on the labels' evidence is the controller's job (delta below 0 only while the labels' lower 95 %
-bound is above tau).
+on the labels' evidence is the controller's job (delta below 0 only while the labels' one-sided
+95 % lower bound is above tau, and what is served now, less the same half-width, too).
 
 The calibrated p plus c, clipped to [0, 1], is what the controller's window (whose own residual is
 then what the corrections leave), exploration and the decision log see (each candidate's

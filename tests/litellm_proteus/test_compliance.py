@@ -98,8 +98,9 @@ def test_the_labels_lower_bound_is_one_sided_95_percent_by_default(redis_server,
             controller.record_decision(key, TAU, 0.9, 0.9)
         assert controller.shared == shared
         deltas[z] = controller.control(key, TAU).delta
+        # the interval gauges and reports show stays two-sided 95 %
+        assert controller.snapshot(key)["realised_ci95"][0] == pytest.approx(realised_bounds(100, 87.0, 1.96)[1])
     assert deltas[None] == pytest.approx(-0.05) and deltas[1.96] == 0.0
-    assert realised_bounds(100, 87.0)[1] == realised_bounds(100, 87.0, 1.96)[1]  # the reports' interval stays two-sided
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -120,6 +121,29 @@ def test_good_labels_from_before_a_drop_license_no_delta_below_zero(redis_server
     # p_hat = 0.77 + 100/110 * 0.05 = 0.8155 > tau (delta would fall), but 0.8155 - 0.026 < tau
     assert run(0.77) == 0.0
     assert run(0.95) == pytest.approx(-0.05)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_negative_label_residual_counts_in_full_against_delta_below_zero(redis_server, shared):
+    """Labels predicted 0.95 came back 0.90: the realised bound is above tau, and so is what is served
+    now with the residual shrunk (label_prior 200: 0.88 - 0.5 * 0.05 - 0.040 > tau), but not with the
+    whole residual (0.88 - 0.05 - 0.040 < tau): delta stays at 0.  Without the residual it would fall."""
+    def run(p_now: float, prior: float) -> float:
+        controller = ComplianceController(settings(label_window=200, label_prior=prior),
+                                          redis_url=redis_server.url if shared else None)
+        key = f"{KEY}:negative:{p_now}:{prior}:{shared}"
+        for outcome in [1.0] * 180 + [0.0] * 20:
+            controller.record_feedback(key, TAU, 0.95, outcome)
+        for _ in range(30):
+            controller.record_decision(key, TAU, p_now, p_now)
+        assert controller.shared == shared
+        return controller.control(key, TAU).delta
+
+    half = 0.9 - realised_bounds(200, 180.0, LABEL_Z)[1]
+    assert realised_bounds(200, 180.0, LABEL_Z)[1] > TAU
+    assert 0.88 - 0.5 * 0.05 - half > TAU > 0.88 - 0.05 - half
+    assert run(0.88, prior=200.0) == 0.0
+    assert run(0.95, prior=200.0) == pytest.approx(-0.05)  # 0.95 - 0.05 - half > tau
 
 
 def test_delta_decays_back_to_zero_when_traffic_eases():
