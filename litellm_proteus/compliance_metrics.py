@@ -13,7 +13,9 @@
 With a compliance controller on the strategy (``strategy.compliance``), every gauge is read from its
 ``snapshot(state_key)`` (state shared through Redis).  Without one, this process keeps the last
 ``WINDOW`` decisions and ``WINDOW`` labels per state key, and delta / infeasible stay 0.  Decisions
-refresh a state key's gauges at most every ``EXPORT_EVERY_S``; feedback refreshes them at once.  Under
+refresh a state key's gauges at most every ``EXPORT_EVERY_S``, and a decision that comes sooner sets a
+timer that refreshes them once the interval is over, so the gauges show the last decision's state
+after traffic stops; feedback refreshes them at once.  Under
 several proxy workers (LiteLLM's ``PROMETHEUS_MULTIPROC_DIR``), a gauge shows the value its live
 workers set most recently (``multiprocess_mode="livemostrecent"``).
 """
@@ -40,6 +42,7 @@ class _Window:
 
 _windows: dict[str, _Window] = {}
 _exported: dict[str, float] = {}
+_trailing: dict[str, threading.Timer] = {}  # a refresh due at the end of the interval, per state key
 _lock = threading.Lock()
 
 
@@ -117,7 +120,13 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict
     with ``every_s``, at most that often per state key (None when skipped)."""
     now = time.monotonic()
     with _lock:
-        if every_s and now - _exported.get(state_key, -every_s) < every_s:
+        since = now - _exported.get(state_key, -every_s)
+        if every_s and since < every_s:
+            if state_key not in _trailing:  # off the request path: the snapshot may read Redis
+                timer = threading.Timer(every_s - since, _trailing_export, (state_key, controller))
+                timer.daemon = True
+                _trailing[state_key] = timer
+                timer.start()
             return None
         _exported[state_key] = now
     live = controller is not None and controller.settings.enabled  # a disabled controller records nothing
@@ -132,6 +141,12 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict
         g.delta.labels(state_key).set(float(snapshot.get("delta") or 0.0))
         g.infeasible.labels(state_key).set(1.0 if snapshot.get("infeasible") else 0.0)
     return snapshot
+
+
+def _trailing_export(state_key: str, controller: Any) -> None:
+    with _lock:
+        _trailing.pop(state_key, None)
+    export(state_key, controller)
 
 
 def record_log_drop() -> None:

@@ -2,10 +2,14 @@
 
 Spend is the sum of the shadow and judge calls' costs (usage x the deployment's price).  With Redis
 configured it is shared by every worker and proxy: ``INCRBYFLOAT <key_prefix><yyyymmdd>`` (atomic;
-the key expires two days later); without Redis, or while Redis cannot be reached, each process
-counts its own spend.  A job *reserves* its estimated cost before its first call (atomically: the
-reservation is refused when it would pass the cap) and settles the difference to its calls' real
-cost when it ends, so concurrent jobs pass the cap only by what their estimates fell short of.
+the key expires two days later); without Redis each process counts its own spend.  A job
+*reserves* its estimated cost before its first call (atomically: the reservation is refused when it
+would pass the cap) and settles the difference to its calls' real cost when it ends, so concurrent
+jobs pass the cap only by what their estimates fell short of.
+
+While a configured Redis cannot be reached no reservation is admitted: the cap is shared, and a
+process counting from its own zero could spend a whole cap more per process.  What running jobs
+settle meanwhile is kept and added to the shared total once Redis answers again.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ class DailyBudget:
         self.key_prefix = key_prefix
         self.retry_after_s = retry_after_s
         self.clock = clock
-        self._local: dict[str, float] = {}
+        self._local: dict[str, float] = {}  # without Redis: the spend; with Redis: settled while it was down
         self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()  # one thread at a time adds the settled amounts to Redis
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 60.0)
         self._reserve = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
@@ -59,26 +64,32 @@ class DailyBudget:
 
     # -- sync (a worker thread, or tests) ----------------------------------------------------
     def spent(self) -> float:
+        """Today's spend: the shared total (plus what this process settled while Redis was down)."""
         day = utc_day(self.clock())
         if self._use_redis():
             try:
+                self._sync()
                 value = self.redis.get(self.key(day))
                 return float(value or 0.0)
-            except Exception as exc:  # redis.RedisError, OSError: count locally until it is back
+            except Exception as exc:  # redis.RedisError, OSError: settle locally until it is back
                 self._redis_failed(exc)
         with self._lock:
             return self._local.get(day, 0.0)
 
     def reserve(self, usd: float) -> tuple[str | None, float]:
         """Add ``usd`` to today's spend unless the total would pass the cap: (the day charged, or
-        None when refused; the total)."""
+        None when refused; the total).  Refused while a configured Redis cannot be reached."""
         day = utc_day(self.clock())
-        if self._use_redis():
-            try:
-                ok, total = self._reserve(keys=[self.key(day)], args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
-                return (day if int(ok) else None), float(total)
-            except Exception as exc:
-                self._redis_failed(exc)
+        if self.redis is not None:
+            if self._use_redis():
+                try:
+                    self._sync()
+                    ok, total = self._reserve(keys=[self.key(day)], args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                    return (day if int(ok) else None), float(total)
+                except Exception as exc:
+                    self._redis_failed(exc)
+            with self._lock:
+                return None, self._local.get(day, 0.0)
         with self._lock:
             before = self._local.get(day, 0.0)
             if before >= self.cap_usd or before + usd > self.cap_usd:
@@ -92,6 +103,7 @@ class DailyBudget:
             return self.spent()
         if self._use_redis():
             try:
+                self._sync()
                 pipe = self.redis.pipeline(transaction=True)
                 pipe.incrbyfloat(self.key(day), usd)
                 pipe.expire(self.key(day), KEY_TTL_S)
@@ -113,9 +125,28 @@ class DailyBudget:
     async def acharge(self, usd: float, day: str | None = None) -> float:
         return await asyncio.to_thread(self.charge, usd, day) if self.redis is not None else self.charge(usd, day)
 
+    def _sync(self) -> None:
+        """Add what was settled while Redis was down to the shared totals (raises on a Redis error,
+        keeping the amounts for the next try)."""
+        with self._sync_lock:
+            with self._lock:
+                pending = dict(self._local)
+            for day, usd in pending.items():
+                if usd:
+                    pipe = self.redis.pipeline(transaction=True)
+                    pipe.incrbyfloat(self.key(day), usd)
+                    pipe.expire(self.key(day), KEY_TTL_S)
+                    pipe.execute()
+                with self._lock:
+                    left = self._local.get(day, 0.0) - usd
+                    if abs(left) < 1e-15:
+                        self._local.pop(day, None)
+                    else:
+                        self._local[day] = left
+
     def _use_redis(self) -> bool:
         return self.redis is not None and time.monotonic() >= self._redis_down_until
 
     def _redis_failed(self, exc: Exception) -> None:
         self._redis_down_until = time.monotonic() + self.retry_after_s
-        self._warnings.warn("redis", "PROTEUS shadow: Redis budget unavailable, counting this process's spend: %s", exc)
+        self._warnings.warn("redis", "PROTEUS shadow: Redis budget unavailable, no shadow job is admitted until it answers: %s", exc)

@@ -19,10 +19,11 @@ hardest (easiest) tasks are pooled until they do.
 
 Per scenario, tier and label share (plus ``static``: the controller off, today's calibration) it
 reports accuracy over the stream and after the shift, trailing-window accuracy against tau,
-requests until compliance returns after the shift, cost per 1K against static, and the share of
-requests flagged infeasible; ``top_accuracy`` is what routing every post-shift request at the
-controller's highest offset reaches (is the tau reachable at all?).  Writes ``metrics.json`` and
-one PNG per scenario.
+requests until compliance returns after the shift, cost per 1K against static, the share of
+requests flagged infeasible, and the shares served silently short (trailing window below tau by
+more than its noise, no infeasible flag) and flagged while the window met tau; ``top_accuracy`` is
+what routing every post-shift request at the controller's highest offset reaches (is the tau
+reachable at all?).  Writes ``metrics.json`` and one PNG per scenario.
 """
 
 from __future__ import annotations
@@ -242,6 +243,12 @@ def summarize(trace: Trace, tau: float, shift: int, window: int, static_cost: fl
             break
     cost = float(trace.cost.mean() * 1000)
     full = roll[window - 1 :]
+    # The promise an operator is sold: a request is served either within noise of tau or flagged.
+    # A silent shortfall is a request whose trailing window is below tau by more than that noise
+    # while its response said nothing (no infeasible flag); a false alarm is a flag on a request
+    # whose window meets tau.
+    served_low = low[window - 1 :]
+    flagged = trace.infeasible[window - 1 :]
     return {
         "accuracy": round(float(trace.correct.mean()), 4),
         "accuracy_after_shift": round(float(trace.correct[after].mean()), 4),
@@ -254,6 +261,8 @@ def summarize(trace: Trace, tau: float, shift: int, window: int, static_cost: fl
         "cost_per_1k": round(cost, 5),
         "cost_vs_static": None if not static_cost else round(cost / static_cost - 1, 4),
         "infeasible_share_after_shift": round(float(trace.infeasible[after].mean()), 4),
+        "silent_shortfall_share": round(float(np.mean(served_low & ~flagged)), 4) if len(full) else None,
+        "false_alarm_share": round(float(np.mean(flagged & (full >= tau))), 4) if len(full) else None,
         "delta_mean": round(float(trace.delta.mean()), 4),
         "delta_max": round(float(trace.delta.max()), 4),
         "mean_p_chosen_after_shift": round(float(trace.p_chosen[after].mean()), 4),
@@ -428,6 +437,7 @@ def headline(metrics: dict) -> dict:
             for label, s in r.items():
                 if label.startswith("labels"):
                     row[label] = {"accuracy": s["accuracy_after_shift"], "requests_to_compliance": s["requests_to_compliance"],
-                                  "cost_vs_static": s["cost_vs_static"], "infeasible_share": s["infeasible_share_after_shift"]}
+                                  "cost_vs_static": s["cost_vs_static"], "infeasible_share": s["infeasible_share_after_shift"],
+                                  "silent_shortfall_share": s["silent_shortfall_share"]}
             out[f"{scenario}/{tier}"] = row
     return out

@@ -55,6 +55,23 @@ def test_the_controllers_snapshot_wins_and_decisions_refresh_at_most_every_inter
     assert sample("proteus_delta", key) == 0.05
 
 
+def test_a_skipped_refresh_is_made_once_the_interval_is_over_without_another_decision():
+    import threading
+
+    key = "tier:test-trailing"
+    controller = SnapshotOnly({"n": 10, "p_mean": 0.9, "n_labels": 0, "delta": 0.01, "infeasible": False})
+    cm.export(key, controller, every_s=0.2)
+    controller._snapshot.update(delta=0.06, infeasible=True)  # the burst's last decision moved the state
+    assert cm.export(key, controller, every_s=0.2) is None and sample("proteus_delta", key) == 0.01
+    done = threading.Event()
+    for _ in range(100):  # the trailing refresh is due 0.2 s after the first export; wait up to 10 s
+        if sample("proteus_delta", key) == 0.06:
+            break
+        done.wait(0.1)
+    assert (sample("proteus_delta", key), sample("proteus_infeasible", key)) == (0.06, 1.0)
+    assert key not in cm._trailing  # one timer per interval, gone once it ran
+
+
 def test_a_disabled_controller_leaves_the_gauges_to_this_process_window():
     key = "tier:test-disabled"
     cm.record_decision(key, 0.8)

@@ -62,14 +62,25 @@ def test_budget_through_redis_is_shared_atomically_and_expires(redis_server):
     assert admits(a)
 
 
-def test_budget_counts_locally_while_redis_is_down(redis_server):
+def test_while_redis_is_down_nothing_is_admitted_and_settlements_reach_redis_when_it_is_back(redis_server):
+    from .conftest import start_redis
+
     client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5)
-    budget = DailyBudget(0.01, client, "t:down:", retry_after_s=60.0, clock=Clock(DAY))
-    budget.charge(0.004)
+    budget = DailyBudget(1.0, client, "t:down:", retry_after_s=0.0, clock=Clock(DAY))
+    day, total = budget.reserve(0.004)
+    assert day == utc_day(DAY) and total == pytest.approx(0.004)
     redis_server.stop()
-    assert budget.charge(0.007) == pytest.approx(0.007)  # this process's own count from here on
-    assert admits(budget)
-    assert budget.charge(0.004) == pytest.approx(0.011) and not admits(budget)
+    # a process counting from its own zero could spend the whole shared cap again: refuse instead
+    assert budget.reserve(0.001)[0] is None and not admits(budget)
+    assert budget.charge(0.003, day) == pytest.approx(0.003)  # a running job settles: kept for Redis
+    restarted = start_redis(redis_server.port)
+    try:
+        # Redis answers again (a fresh, empty server): the settlement is added to the shared total first
+        assert admits(budget)
+        assert float(client.get(f"t:down:{day}")) == pytest.approx(0.003) and budget.spent() == pytest.approx(0.003)
+        assert budget.charge(0.001) == pytest.approx(0.004)  # added once, not again
+    finally:
+        restarted.stop()
 
 
 def evaluator(tmp_path, **settings) -> ShadowEvaluator:

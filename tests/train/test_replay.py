@@ -54,6 +54,18 @@ def test_trailing_window_and_recovery():
     assert report["requests_to_compliance"] == 179
     assert report["cost_per_1k"] == pytest.approx(2.0) and report["cost_vs_static"] == pytest.approx(1.0)
     assert report["accuracy_after_shift"] == 0.75 and not report["met_after_shift"] and report["met_settled"]
+    # windows below tau by more than their noise (0.0784) end at requests 227-371: 145 of the 501 full windows
+    assert report["silent_shortfall_share"] == round(145 / 501, 4) and report["false_alarm_share"] == 0.0
+
+
+def test_silent_shortfall_counts_only_unflagged_requests_and_false_alarms_only_flags_on_met_windows():
+    correct = np.r_[np.ones(200), np.zeros(100), np.ones(300)]
+    flagged = np.zeros(600, dtype=bool)
+    flagged[250:450] = True  # the flag comes 23 requests after the windows fall short and stays 71 past recovery
+    trace = Trace(correct, np.full(600, 0.002), np.zeros(600), flagged, np.full(600, 0.8))
+    report = summarize(trace, tau=0.8, shift=200, window=100, static_cost=1.0)
+    assert report["silent_shortfall_share"] == round(23 / 501, 4)  # requests 227-249
+    assert report["false_alarm_share"] == round(71 / 501, 4)  # requests 379-449: their windows meet tau
 
 
 def test_a_stream_through_the_predictor_and_the_controller(make_artifact):
