@@ -52,6 +52,9 @@ from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
 
 logger = logging.getLogger("litellm_proteus.compliance")
+# infeasible needs the best p short of tau by more than this: a window of p_best == tau is feasible in
+# both backends, whatever the running sums' rounding (doubles here, long doubles in Redis)
+INFEASIBLE_TOLERANCE = 1e-9
 Z_95 = 1.96  # two-sided 95 %: the realised accuracy's interval the gauges and reports show
 CLIENT_NAME_PREFIX = "proteus-compliance-"
 
@@ -168,7 +171,7 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
             error = 0.0
     moved = (1.0 - s.decay) * state.delta + s.step * error
     state.delta = min(max(moved, lower), s.delta_max)
-    state.infeasible = state.sum_best / state.n + residual < tau
+    state.infeasible = state.sum_best / state.n + residual < tau - INFEASIBLE_TOLERANCE
 
 
 @dataclass
@@ -254,7 +257,7 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior, then m0 (the label-free margin), start_z and label_z.  Returns {delta, infeasible}
+# step, ttl_s, label_prior, then m0 (the label-free margin), start_z, label_z and INFEASIBLE_TOLERANCE.  Returns {delta, infeasible}
 # as strings (Lua numbers would be cut to integers).
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
@@ -264,6 +267,7 @@ local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local prior, free_margin, start_z, label_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
+local tolerance = tonumber(ARGV[19])
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
@@ -322,7 +326,7 @@ else
     delta = math.min(math.max(delta, lower), dmax)
     redis.call('HSET', h, 'delta', string.format('%.17g', delta))
     local infeasible = 0
-    if num('sum_best') / n + residual < tau then infeasible = 1 end
+    if num('sum_best') / n + residual < tau - tolerance then infeasible = 1 end
     redis.call('HSET', h, 'infeasible', infeasible)
   end
 end
@@ -372,7 +376,7 @@ class RedisBackend:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
                 s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior,
-                repr(float(free_margin)), s.start_z, s.label_z]
+                repr(float(free_margin)), s.start_z, s.label_z, repr(INFEASIBLE_TOLERANCE)]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")

@@ -166,6 +166,23 @@ def test_infeasible_when_even_the_best_candidate_is_below_tau(caplog):
     assert not controller.control(KEY, TAU).infeasible
 
 
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("tau", [0.85, 0.93, 0.77, 0.6])
+def test_a_best_p_exactly_at_tau_is_feasible_in_both_backends(redis_server, shared, tau):
+    """The running sums round differently (doubles here, long doubles in Redis); the flag must not
+    follow the rounding: best p at tau is feasible, a hair below it is not."""
+    def infeasible(p_best: float) -> bool:
+        controller = ComplianceController(settings(), redis_url=redis_server.url if shared else None)
+        key = f"{KEY}:boundary:{tau}:{p_best}"
+        for _ in range(25):
+            controller.record_decision(key, tau, p_best, p_best)
+        assert controller.shared == shared
+        return controller.control(key, tau).infeasible
+
+    assert not infeasible(tau)
+    assert infeasible(tau - 1e-6)
+
+
 def test_disabled_controller_routes_at_tau_and_records_nothing():
     controller = ComplianceController(settings(enabled=False))
     feed(controller, [0.1] * 50)
