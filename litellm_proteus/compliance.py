@@ -55,6 +55,8 @@ logger = logging.getLogger("litellm_proteus.compliance")
 # infeasible needs the best p short of tau by more than this: a window of p_best == tau is feasible in
 # both backends, whatever the running sums' rounding (doubles here, long doubles in Redis)
 INFEASIBLE_TOLERANCE = 1e-9
+# a re-sum of the window's sum of p^2 walks at most this many list entries per Lua call (~1 ms in Redis)
+RESUM_CHUNK = 1000
 Z_95 = 1.96  # two-sided 95 %: the realised accuracy's interval the gauges and reports show
 CLIENT_NAME_PREFIX = "proteus-compliance-"
 
@@ -257,8 +259,10 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior, then m0 (the label-free margin), start_z, label_z and INFEASIBLE_TOLERANCE.  Returns {delta, infeasible}
-# as strings (Lua numbers would be cut to integers).
+# step, ttl_s, label_prior, then m0 (the label-free margin), start_z, label_z, INFEASIBLE_TOLERANCE and
+# the re-sum's chunk.  Returns the state after the call -- delta, infeasible, n, sum_p, sum_p2, sum_best,
+# n_labels, sum_res, sum_y (sums as the hash's strings: Lua numbers would be cut to integers) -- and
+# how many list entries the call's re-sum walked.
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
 local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -267,7 +271,7 @@ local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local prior, free_margin, start_z, label_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
-local tolerance = tonumber(ARGV[19])
+local tolerance, chunk, walked = tonumber(ARGV[19]), tonumber(ARGV[20]), 0
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
@@ -281,22 +285,42 @@ if kind == 'f' then
   end
 else
   -- sum_p2 is summed afresh from the list where it is missing or a window old: an older worker's
-  -- decisions (a rolling deploy) push and pop entries without it, which would offset it for good
-  local resum = redis.call('HEXISTS', h, 'sum_p2') == 0 or redis.call('HINCRBY', h, 'p2_age', 1) >= window
+  -- decisions (a rolling deploy) push and pop entries without it, which would offset it for good,
+  -- and running sums drift.  A re-sum walks at most `chunk` entries per call: p2_left counts the
+  -- oldest entries not yet walked, p2_scan holds the p^2 of every entry right of them (walked, or
+  -- pushed since); when p2_left reaches 0, p2_scan is the window's sum and replaces sum_p2.
+  local has = redis.call('HEXISTS', h, 'sum_p2') == 1
+  local age = redis.call('HINCRBY', h, 'p2_age', 1)
+  local left, scan = tonumber(redis.call('HGET', h, 'p2_left') or '-1'), num('p2_scan')
+  if left < 0 and (not has or age >= window) then left, scan = redis.call('LLEN', dl), 0 end
   redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_p', p)
   redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
   redis.call('HINCRBYFLOAT', h, 'sum_best', x)
+  scan = scan + p * p
   if redis.call('LLEN', dl) > window then
     local op, ob = split(redis.call('LPOP', dl))
     redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
     redis.call('HINCRBYFLOAT', h, 'sum_p2', -op * op)
     redis.call('HINCRBYFLOAT', h, 'sum_best', -ob)
+    if left > 0 then left = left - 1 else scan = scan - op * op end
   end
-  if resum then
-    local s2 = 0
-    for _, entry in ipairs(redis.call('LRANGE', dl, 0, -1)) do local q = split(entry); s2 = s2 + q * q end
-    redis.call('HSET', h, 'sum_p2', string.format('%.17g', s2), 'p2_age', 0)
+  if left >= 0 then
+    local len = redis.call('LLEN', dl)
+    left = math.min(left, len - 1)  -- the entry just pushed is right of them
+    if left > 0 then
+      walked = math.min(chunk, left)
+      for _, entry in ipairs(redis.call('LRANGE', dl, left - walked, left - 1)) do local q = split(entry); scan = scan + q * q end
+      left = left - walked
+    end
+    if left == 0 then
+      redis.call('HSET', h, 'sum_p2', string.format('%.17g', scan), 'p2_age', 0)
+      redis.call('HDEL', h, 'p2_left', 'p2_scan')
+    else
+      redis.call('HSET', h, 'p2_left', left, 'p2_scan', string.format('%.17g', scan))
+      -- missing: until the walk is done, the walked entries' mean p^2 stands for the rest
+      if not has then redis.call('HSET', h, 'sum_p2', string.format('%.17g', scan * len / (len - left))) end
+    end
   end
   local n = redis.call('LLEN', dl)
   if n >= min_dec then
@@ -331,7 +355,9 @@ else
   end
 end
 redis.call('EXPIRE', h, ttl); redis.call('EXPIRE', dl, ttl); redis.call('EXPIRE', ll, ttl)
-return {tostring(num('delta')), tostring(num('infeasible'))}
+local function raw(f) return redis.call('HGET', h, f) or '0' end
+return {raw('delta'), raw('infeasible'), redis.call('LLEN', dl), raw('sum_p'), raw('sum_p2'), raw('sum_best'),
+  redis.call('LLEN', ll), raw('sum_res'), raw('sum_y'), walked}
 """
 
 
@@ -366,6 +392,7 @@ class RedisBackend:
             client_name=f"{CLIENT_NAME_PREFIX}{os.getpid()}",
         )
         self._script = self.client.register_script(_LUA)
+        self.resum_chunk = RESUM_CHUNK
         self._residual_script = self.client.register_script(_RESIDUAL_LUA)
 
     def _keys(self, key: str) -> list[str]:
@@ -376,14 +403,15 @@ class RedisBackend:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
                 s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior,
-                repr(float(free_margin)), s.start_z, s.label_z, repr(INFEASIBLE_TOLERANCE)]
+                repr(float(free_margin)), s.start_z, s.label_z, repr(INFEASIBLE_TOLERANCE), self.resum_chunk]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
         return float(delta or 0.0), infeasible == "1"
 
-    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> None:
-        self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best, free_margin))
+    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> int:
+        """Returns how many list entries the call's re-sum of sum_p2 walked (at most ``resum_chunk``)."""
+        return int(self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best, free_margin))[9])
 
     def feedback(self, key: str, p: float, y: float) -> None:
         self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y, self.margin))

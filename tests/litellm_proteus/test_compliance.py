@@ -393,3 +393,61 @@ def test_start_z_on_a_window_of_constant_p_has_no_spread_and_moves_on_any_shortf
             controller.record_decision(key, TAU, 0.7, 0.9)
         delta = controller.control(key, TAU).delta
         assert math.isfinite(delta) and delta > 0 and controller.shared == (controller.redis is not None)
+
+
+def test_the_sum_p2_re_sum_walks_a_large_window_in_bounded_chunks(redis_server):
+    """window 100000: the re-sum that keeps sum_p2 exact (an offset left by older workers, drift)
+    is spread over calls, none walking more than RESUM_CHUNK entries of the list."""
+    import redis
+
+    from litellm_proteus.compliance import RESUM_CHUNK
+
+    window = 100_000
+    controller = ComplianceController(settings(window=window), redis_url=redis_server.url, timeout_s=5.0)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    hash_key, decisions, _ = controller.redis._keys(KEY)
+    ps = [0.5 + (i % 97) / 250 for i in range(window)]
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, window, 10_000):
+        pipe.rpush(decisions, *(f"{p!r} {p + 0.05!r}" for p in ps[start:start + 10_000]))
+    # a full window whose sum_p2 is 5 off, one decision short of its re-sum
+    pipe.hset(hash_key, mapping={"sum_p": repr(sum(ps)), "sum_best": repr(sum(ps) + 0.05 * window),
+                                 "sum_p2": repr(sum(p * p for p in ps) + 5.0), "p2_age": window - 1})
+    pipe.execute()
+
+    walks = []
+    while not walks or client.hexists(hash_key, "p2_left"):
+        walks.append(controller.redis.decision(KEY, TAU, 0.7, 0.75, 0.0))
+        assert len(walks) < 2 * window / RESUM_CHUNK
+    assert controller.shared
+    assert max(walks) == RESUM_CHUNK and len(walks) > window / (RESUM_CHUNK + 1)  # spread over calls
+    exact = sum(float(entry.split()[0]) ** 2 for entry in client.lrange(decisions, 0, -1))
+    assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(exact, rel=1e-12)  # the offset is gone
+    assert client.llen(decisions) == window and int(client.hget(hash_key, "p2_age")) == 0
+
+
+def test_redis_state_matches_the_local_update_while_sum_p2_is_re_summed_in_chunks(redis_server):
+    """A re-sum over several calls (chunk 7, window 60) keeps sum_p2, and the deltas, as the
+    local update has them."""
+    values = [p + 0.01 * (i % 5) for i, p in enumerate(SEQUENCE * 30)]
+
+    def run(controller: ComplianceController) -> tuple[list[float], list[float]]:
+        deltas, sums = [], []
+        for i, p in enumerate(values):
+            if i % 4 == 0:
+                controller.record_feedback(KEY, TAU, p, float(i % 3 == 0))
+            controller.record_decision(KEY, TAU, p, p + 0.05, 0.8)
+            deltas.append(controller.control(KEY, TAU).delta)
+            sums.append(controller._call("state", KEY).sum_p2)
+        return deltas, sums
+
+    shared = dict(window=60, label_window=40, margin=0.03, start_z=1.0, decay=0.01)
+    local_deltas, local_sums = run(ComplianceController(settings(**shared)))
+    remote = ComplianceController(settings(**shared), redis_url=redis_server.url)
+    remote.redis.resum_chunk = 7
+    walks, decision = [], remote.redis.decision
+    remote.redis.decision = lambda *args: walks.append(decision(*args))
+    remote_deltas, remote_sums = run(remote)
+    assert remote.shared and max(walks) == 7 and sum(walks) > 3 * 60  # several re-sums, each over calls
+    assert remote_sums == pytest.approx(local_sums, abs=1e-9)
+    assert remote_deltas == pytest.approx(local_deltas, abs=1e-9) and any(d > 0 for d in remote_deltas)
