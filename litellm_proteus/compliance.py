@@ -31,8 +31,8 @@ That best p carries each deployment's proven shortfall (``deployment_correction.
 
 State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
 and instances never race on a read-modify-write) with each process's own copy as fallback: when
-Redis fails the controller says so once, keeps serving on local state and asks Redis again after
-``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
+Redis fails the controller says so once, keeps serving on local state that goes on from the state it
+last read from Redis (delta, infeasible, the window sums) and asks Redis again after ``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
 to the same numbers.
 """
 
@@ -43,7 +43,7 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -130,6 +130,22 @@ class WindowState:
     infeasible: bool = False
     decisions: deque = field(default_factory=deque)  # (p, p_best)
     labels: deque = field(default_factory=deque)  # (p, y)
+    # a state continued from Redis knows its oldest entries only by their sums: that many leave the
+    # window (before ``decisions`` / ``labels``) at their mean -- (p, p^2, p_best) and (label - p, label)
+    seeded: int = 0
+    seed_mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    seeded_labels: int = 0
+    seed_label_mean: tuple[float, float] = (0.0, 0.0)
+
+    def continued(self) -> WindowState:
+        """A local state that goes on from this one's sums, delta and infeasible flag."""
+        n, nl = self.n, self.n_labels
+        return WindowState(
+            n=n, sum_p=self.sum_p, sum_p2=self.sum_p2, sum_best=self.sum_best, n_labels=nl, sum_res=self.sum_res,
+            sum_y=self.sum_y, delta=self.delta, infeasible=self.infeasible,
+            seeded=n, seed_mean=(self.sum_p / n, self.sum_p2 / n, self.sum_best / n) if n else (0.0, 0.0, 0.0),
+            seeded_labels=nl, seed_label_mean=(self.sum_res / nl, self.sum_y / nl) if nl else (0.0, 0.0),
+        )
 
 
 def realised_bounds(n: int, sum_y: float, z: float = Z_95) -> tuple[float, float, float]:
@@ -210,6 +226,11 @@ class LocalBackend:
         with self._lock:
             return self._states.setdefault(key, WindowState())
 
+    def continue_from(self, key: str, shared: WindowState) -> None:
+        """Replace ``key``'s state by one that goes on from ``shared`` (the last read from Redis)."""
+        with self._lock:
+            self._states[key] = shared.continued()
+
     def read(self, key: str) -> tuple[float, bool]:
         state = self.state(key)
         return state.delta, state.infeasible
@@ -223,10 +244,15 @@ class LocalBackend:
             state.sum_p2 += p * p
             state.sum_best += p_best
             if state.n > self.s.window:
-                old_p, old_best = state.decisions.popleft()
+                if state.seeded:
+                    state.seeded -= 1
+                    old_p, old_p2, old_best = state.seed_mean
+                else:
+                    old_p, old_best = state.decisions.popleft()
+                    old_p2 = old_p * old_p
                 state.n -= 1
                 state.sum_p -= old_p
-                state.sum_p2 -= old_p * old_p
+                state.sum_p2 -= old_p2
                 state.sum_best -= old_best
             update_delta(state, tau, self.s, self.margin, free_margin)
 
@@ -238,9 +264,14 @@ class LocalBackend:
             state.sum_res += y - p
             state.sum_y += y
             if state.n_labels > self.s.label_window:
-                old_p, old_y = state.labels.popleft()
+                if state.seeded_labels:
+                    state.seeded_labels -= 1
+                    old_res, old_y = state.seed_label_mean
+                else:
+                    old_p, old_y = state.labels.popleft()
+                    old_res = old_y - old_p
                 state.n_labels -= 1
-                state.sum_res -= old_y - old_p
+                state.sum_res -= old_res
                 state.sum_y -= old_y
 
     def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
@@ -393,6 +424,8 @@ class RedisBackend:
         )
         self._script = self.client.register_script(_LUA)
         self.resum_chunk = RESUM_CHUNK
+        # per state, the last state a call read from Redis: what local state goes on from when Redis fails
+        self.seen: dict[str, WindowState] = {}
         self._residual_script = self.client.register_script(_RESIDUAL_LUA)
 
     def _keys(self, key: str) -> list[str]:
@@ -407,14 +440,25 @@ class RedisBackend:
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
-        return float(delta or 0.0), infeasible == "1"
+        delta, infeasible = float(delta or 0.0), infeasible == "1"
+        self.seen[key] = replace(self.seen.get(key) or WindowState(), delta=delta, infeasible=infeasible)
+        return delta, infeasible
+
+    def _run(self, key: str, args: list[Any]) -> int:
+        delta, infeasible, n, sum_p, sum_p2, sum_best, n_labels, sum_res, sum_y, walked = self._script(
+            keys=self._keys(key), args=args)
+        self.seen[key] = WindowState(
+            n=int(n), sum_p=float(sum_p), sum_p2=float(sum_p2), sum_best=float(sum_best), n_labels=int(n_labels),
+            sum_res=float(sum_res), sum_y=float(sum_y), delta=float(delta), infeasible=infeasible == "1",
+        )
+        return int(walked)
 
     def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> int:
         """Returns how many list entries the call's re-sum of sum_p2 walked (at most ``resum_chunk``)."""
-        return int(self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best, free_margin))[9])
+        return self._run(key, self._args("d", tau, p, p_best, free_margin))
 
     def feedback(self, key: str, p: float, y: float) -> None:
-        self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y, self.margin))
+        self._run(key, self._args("f", 0.0, p, y, self.margin))
 
     def _residual_keys(self, deployment_id: str) -> list[str]:
         base = f"{self.s.key_prefix}deployment:{deployment_id}"
@@ -441,17 +485,23 @@ class RedisBackend:
         pipe.hgetall(h).llen(dl).llen(ll)
         values, n, n_labels = pipe.execute()
         f = lambda name: float(values.get(name, 0.0))  # noqa: E731
-        return WindowState(
+        state = WindowState(
             n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels),
             sum_res=f("sum_res"), sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
         )
+        self.seen[key] = state
+        return state
+
+
+_STATE_METHODS = frozenset({"read", "decision", "feedback", "state"})  # their first argument: the state key
 
 
 class ComplianceController:
     """``control`` before a decision, ``record_decision`` after it, ``record_feedback`` per label.
 
     With ``redis_url`` the state is shared through Redis; any Redis failure switches this process to
-    its local state (logged once per outage; no call raises or waits longer than ``timeout_s``).
+    its local state, which goes on from the state it last read from Redis (logged once per outage; no
+    call raises or waits longer than ``timeout_s``).
     ``artifact_margin``: the artifact's tau calibration margin, the target margin unless the
     settings name one."""
 
@@ -471,21 +521,27 @@ class ComplianceController:
         self._infeasible_warned: dict[str, float] = {}
 
     def _call(self, method: str, *args: Any) -> Any:
-        if self.redis is not None and time.monotonic() >= self._down_until:
-            try:
-                result = getattr(self.redis, method)(*args)
-                if self._outage_logged:
-                    logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
-                    self._outage_logged = False
-                return result
-            except Exception as exc:  # any Redis trouble: serve on local state, never fail the request
-                self._down_until = time.monotonic() + self.settings.retry_after_s
-                if not self._outage_logged:
-                    logger.warning(
-                        "PROTEUS compliance: Redis failed (%s); this process keeps its own controller state "
-                        "and retries Redis every %.0f s", exc, self.settings.retry_after_s,
-                    )
-                    self._outage_logged = True
+        if self.redis is not None:
+            if time.monotonic() >= self._down_until:
+                try:
+                    result = getattr(self.redis, method)(*args)
+                    if self._outage_logged:
+                        logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
+                        self._outage_logged = False
+                    return result
+                except Exception as exc:  # any Redis trouble: serve on local state, never fail the request
+                    self._down_until = time.monotonic() + self.settings.retry_after_s
+                    if not self._outage_logged:
+                        logger.warning(
+                            "PROTEUS compliance: Redis failed (%s); this process keeps its own controller state, going on "
+                            "from the state it last read from Redis, and retries Redis every %.0f s",
+                            exc, self.settings.retry_after_s,
+                        )
+                        self._outage_logged = True
+            if method in _STATE_METHODS:  # the first local call on a state since Redis answered for it
+                shared = self.redis.seen.pop(args[0], None)
+                if shared is not None:
+                    self.local.continue_from(args[0], shared)
         return getattr(self.local, method)(*args)
 
     @property

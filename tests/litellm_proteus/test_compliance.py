@@ -259,6 +259,60 @@ def test_redis_killed_falls_back_to_local_state_without_raising(redis_server, ca
     assert sum("Redis failed" in r.getMessage() for r in caplog.records) == 1  # said once
 
 
+def test_a_redis_outage_goes_on_from_the_shared_state_it_last_read(redis_server, caplog):
+    """A paused Redis (every call times out): the tier keeps the delta, the infeasible flag and the
+    window sums Redis held, instead of restarting at 0 below min_decisions; once Redis answers
+    again, its state wins."""
+    import redis
+
+    key, tau = "tier:premium", 0.85
+    controller = ComplianceController(ComplianceSettings(retry_after_s=0.0), redis_url=redis_server.url)
+    for _ in range(400):
+        controller.record_decision(key, tau, 0.70, 0.95)
+    for _ in range(30):
+        controller.record_feedback(key, tau, 0.70, 1.0)
+    shared = controller.control(key, tau)
+    assert controller.shared and shared.delta == pytest.approx(0.3) and not shared.infeasible
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=30)
+    client.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        during = controller.control(key, tau)
+        assert "keeps its own controller state" in caplog.text  # the read above failed: local state
+        controller.record_decision(key, tau, 0.70, 0.95)  # local, one step from the shared state
+        after_step = controller.control(key, tau).delta
+        snap = controller.snapshot(key)
+    assert client.ping()  # answered once the pause is over
+    assert during.delta == shared.delta and during.infeasible == shared.infeasible
+    assert after_step == pytest.approx(shared.delta, abs=0.02 * 0.3)  # the normal step, not a fall to 0
+    assert snap["n"] == 200 and snap["p_mean"] == pytest.approx(0.70) and snap["p_best_mean"] == pytest.approx(0.95)
+    assert snap["n_labels"] == 30 and snap["residual"] == pytest.approx(0.30)
+
+    client.hset(controller.redis._keys(key)[0], "delta", "0.125")  # Redis is back: its state wins
+    assert controller.control(key, tau).delta == 0.125 and controller.shared
+
+
+def test_a_state_continued_from_its_sums_lets_its_oldest_entries_leave_at_their_mean():
+    from litellm_proteus.compliance import WindowState
+
+    controller = ComplianceController(settings())  # window 10, label_window 20
+    shared = WindowState(n=10, sum_p=7.0, sum_p2=4.95, sum_best=9.0, n_labels=20, sum_res=-2.0, sum_y=12.0,
+                         delta=0.2, infeasible=True)
+    controller.local.continue_from(KEY, shared)
+    assert controller.control(KEY, TAU) == controller.control(KEY, TAU) and controller.control(KEY, TAU).delta == 0.2
+    feed(controller, [0.9] * 4, p_best=0.95)
+    snap = controller.snapshot(KEY)
+    assert snap["n"] == 10 and snap["p_mean"] == pytest.approx((0.7 * 6 + 0.9 * 4) / 10)
+    assert snap["p_best_mean"] == pytest.approx((0.9 * 6 + 0.95 * 4) / 10)
+    assert controller.local.state(KEY).sum_p2 == pytest.approx(4.95 * 0.6 + 0.81 * 4)
+    feed(controller, [0.9] * 6, p_best=0.95)  # every entry it was continued from has left
+    assert controller.snapshot(KEY)["p_mean"] == pytest.approx(0.9) and not controller.control(KEY, TAU).infeasible
+    for _ in range(20):
+        controller.record_feedback(KEY, TAU, 0.9, 1.0)
+    snap = controller.snapshot(KEY)
+    assert snap["n_labels"] == 20 and snap["residual"] == pytest.approx(0.1) and snap["realised_mean"] == pytest.approx(1.0)
+
+
 def test_proxy_config_key_switches_it_off_and_names_bad_fields():
     from litellm_proteus.config import ProteusConfig, ProteusConfigError
 
