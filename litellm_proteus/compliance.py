@@ -32,7 +32,8 @@ That best p carries each deployment's proven shortfall (``deployment_correction.
 State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
 and instances never race on a read-modify-write) with each process's own copy as fallback: when
 Redis fails the controller says so once, keeps serving on local state that goes on from the state it
-last read from Redis (delta, infeasible, the window sums) and asks Redis again after ``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
+last read from Redis (delta, infeasible, the window sums) and asks Redis again after
+``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
 to the same numbers.
 """
 
