@@ -31,7 +31,8 @@ That best p carries each deployment's proven shortfall (``deployment_correction.
 
 State lives in Redis (one hash and two lists per state, changed only by one Lua script, so workers
 and instances never race on a read-modify-write) with each process's own copy as fallback: when
-Redis fails the controller says so once, keeps serving on local state and asks Redis again after
+Redis fails the controller says so once, keeps serving on local state that goes on from the state it
+last read from Redis (delta, infeasible, the window sums) and asks Redis again after
 ``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
 to the same numbers.
 """
@@ -43,7 +44,7 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,6 +53,11 @@ from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
 
 logger = logging.getLogger("litellm_proteus.compliance")
+# infeasible needs the best p short of tau by more than this: a window of p_best == tau is feasible in
+# both backends, whatever the running sums' rounding (doubles here, long doubles in Redis)
+INFEASIBLE_TOLERANCE = 1e-9
+# a re-sum of the window's sum of p^2 walks at most this many list entries per Lua call (~1 ms in Redis)
+RESUM_CHUNK = 1000
 Z_95 = 1.96  # two-sided 95 %: the realised accuracy's interval the gauges and reports show
 CLIENT_NAME_PREFIX = "proteus-compliance-"
 
@@ -125,6 +131,22 @@ class WindowState:
     infeasible: bool = False
     decisions: deque = field(default_factory=deque)  # (p, p_best)
     labels: deque = field(default_factory=deque)  # (p, y)
+    # a state continued from Redis knows its oldest entries only by their sums: that many leave the
+    # window (before ``decisions`` / ``labels``) at their mean -- (p, p^2, p_best) and (label - p, label)
+    seeded: int = 0
+    seed_mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    seeded_labels: int = 0
+    seed_label_mean: tuple[float, float] = (0.0, 0.0)
+
+    def continued(self) -> WindowState:
+        """A local state that goes on from this one's sums, delta and infeasible flag."""
+        n, nl = self.n, self.n_labels
+        return WindowState(
+            n=n, sum_p=self.sum_p, sum_p2=self.sum_p2, sum_best=self.sum_best, n_labels=nl, sum_res=self.sum_res,
+            sum_y=self.sum_y, delta=self.delta, infeasible=self.infeasible,
+            seeded=n, seed_mean=(self.sum_p / n, self.sum_p2 / n, self.sum_best / n) if n else (0.0, 0.0, 0.0),
+            seeded_labels=nl, seed_label_mean=(self.sum_res / nl, self.sum_y / nl) if nl else (0.0, 0.0),
+        )
 
 
 def realised_bounds(n: int, sum_y: float, z: float = Z_95) -> tuple[float, float, float]:
@@ -168,7 +190,7 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
             error = 0.0
     moved = (1.0 - s.decay) * state.delta + s.step * error
     state.delta = min(max(moved, lower), s.delta_max)
-    state.infeasible = state.sum_best / state.n + residual < tau
+    state.infeasible = state.sum_best / state.n + residual < tau - INFEASIBLE_TOLERANCE
 
 
 @dataclass
@@ -205,6 +227,11 @@ class LocalBackend:
         with self._lock:
             return self._states.setdefault(key, WindowState())
 
+    def continue_from(self, key: str, shared: WindowState) -> None:
+        """Replace ``key``'s state by one that goes on from ``shared`` (the last read from Redis)."""
+        with self._lock:
+            self._states[key] = shared.continued()
+
     def read(self, key: str) -> tuple[float, bool]:
         state = self.state(key)
         return state.delta, state.infeasible
@@ -218,10 +245,15 @@ class LocalBackend:
             state.sum_p2 += p * p
             state.sum_best += p_best
             if state.n > self.s.window:
-                old_p, old_best = state.decisions.popleft()
+                if state.seeded:
+                    state.seeded -= 1
+                    old_p, old_p2, old_best = state.seed_mean
+                else:
+                    old_p, old_best = state.decisions.popleft()
+                    old_p2 = old_p * old_p
                 state.n -= 1
                 state.sum_p -= old_p
-                state.sum_p2 -= old_p * old_p
+                state.sum_p2 -= old_p2
                 state.sum_best -= old_best
             update_delta(state, tau, self.s, self.margin, free_margin)
 
@@ -233,9 +265,14 @@ class LocalBackend:
             state.sum_res += y - p
             state.sum_y += y
             if state.n_labels > self.s.label_window:
-                old_p, old_y = state.labels.popleft()
+                if state.seeded_labels:
+                    state.seeded_labels -= 1
+                    old_res, old_y = state.seed_label_mean
+                else:
+                    old_p, old_y = state.labels.popleft()
+                    old_res = old_y - old_p
                 state.n_labels -= 1
-                state.sum_res -= old_y - old_p
+                state.sum_res -= old_res
                 state.sum_y -= old_y
 
     def record_residual(self, deployment_id: str, residual: float, window: int) -> None:
@@ -254,8 +291,10 @@ class LocalBackend:
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
-# step, ttl_s, label_prior, then m0 (the label-free margin), start_z and label_z.  Returns {delta, infeasible}
-# as strings (Lua numbers would be cut to integers).
+# step, ttl_s, label_prior, then m0 (the label-free margin), start_z, label_z, INFEASIBLE_TOLERANCE and
+# the re-sum's chunk.  Returns the state after the call -- delta, infeasible, n, sum_p, sum_p2, sum_best,
+# n_labels, sum_res, sum_y (sums as the hash's strings: Lua numbers would be cut to integers) -- and
+# how many list entries the call's re-sum walked.
 _LUA = """
 local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
 local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -264,6 +303,7 @@ local min_dec, min_lab = tonumber(ARGV[7]), tonumber(ARGV[8])
 local dmin, dmax, decay, margin, step, ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]),
   tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local prior, free_margin, start_z, label_z = tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
+local tolerance, chunk, walked = tonumber(ARGV[19]), tonumber(ARGV[20]), 0
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
 if kind == 'f' then
@@ -277,22 +317,42 @@ if kind == 'f' then
   end
 else
   -- sum_p2 is summed afresh from the list where it is missing or a window old: an older worker's
-  -- decisions (a rolling deploy) push and pop entries without it, which would offset it for good
-  local resum = redis.call('HEXISTS', h, 'sum_p2') == 0 or redis.call('HINCRBY', h, 'p2_age', 1) >= window
+  -- decisions (a rolling deploy) push and pop entries without it, which would offset it for good,
+  -- and running sums drift.  A re-sum walks at most `chunk` entries per call: p2_left counts the
+  -- oldest entries not yet walked, p2_scan holds the p^2 of every entry right of them (walked, or
+  -- pushed since); when p2_left reaches 0, p2_scan is the window's sum and replaces sum_p2.
+  local has = redis.call('HEXISTS', h, 'sum_p2') == 1
+  local age = redis.call('HINCRBY', h, 'p2_age', 1)
+  local left, scan = tonumber(redis.call('HGET', h, 'p2_left') or '-1'), num('p2_scan')
+  if left < 0 and (not has or age >= window) then left, scan = redis.call('LLEN', dl), 0 end
   redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_p', p)
   redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
   redis.call('HINCRBYFLOAT', h, 'sum_best', x)
+  scan = scan + p * p
   if redis.call('LLEN', dl) > window then
     local op, ob = split(redis.call('LPOP', dl))
     redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
     redis.call('HINCRBYFLOAT', h, 'sum_p2', -op * op)
     redis.call('HINCRBYFLOAT', h, 'sum_best', -ob)
+    if left > 0 then left = left - 1 else scan = scan - op * op end
   end
-  if resum then
-    local s2 = 0
-    for _, entry in ipairs(redis.call('LRANGE', dl, 0, -1)) do local q = split(entry); s2 = s2 + q * q end
-    redis.call('HSET', h, 'sum_p2', string.format('%.17g', s2), 'p2_age', 0)
+  if left >= 0 then
+    local len = redis.call('LLEN', dl)
+    left = math.min(left, len - 1)  -- the entry just pushed is right of them
+    if left > 0 then
+      walked = math.min(chunk, left)
+      for _, entry in ipairs(redis.call('LRANGE', dl, left - walked, left - 1)) do local q = split(entry); scan = scan + q * q end
+      left = left - walked
+    end
+    if left == 0 then
+      redis.call('HSET', h, 'sum_p2', string.format('%.17g', scan), 'p2_age', 0)
+      redis.call('HDEL', h, 'p2_left', 'p2_scan')
+    else
+      redis.call('HSET', h, 'p2_left', left, 'p2_scan', string.format('%.17g', scan))
+      -- missing: until the walk is done, the walked entries' mean p^2 stands for the rest
+      if not has then redis.call('HSET', h, 'sum_p2', string.format('%.17g', scan * len / (len - left))) end
+    end
   end
   local n = redis.call('LLEN', dl)
   if n >= min_dec then
@@ -322,12 +382,14 @@ else
     delta = math.min(math.max(delta, lower), dmax)
     redis.call('HSET', h, 'delta', string.format('%.17g', delta))
     local infeasible = 0
-    if num('sum_best') / n + residual < tau then infeasible = 1 end
+    if num('sum_best') / n + residual < tau - tolerance then infeasible = 1 end
     redis.call('HSET', h, 'infeasible', infeasible)
   end
 end
 redis.call('EXPIRE', h, ttl); redis.call('EXPIRE', dl, ttl); redis.call('EXPIRE', ll, ttl)
-return {tostring(num('delta')), tostring(num('infeasible'))}
+local function raw(f) return redis.call('HGET', h, f) or '0' end
+return {raw('delta'), raw('infeasible'), redis.call('LLEN', dl), raw('sum_p'), raw('sum_p2'), raw('sum_best'),
+  redis.call('LLEN', ll), raw('sum_res'), raw('sum_y'), walked}
 """
 
 
@@ -362,6 +424,9 @@ class RedisBackend:
             client_name=f"{CLIENT_NAME_PREFIX}{os.getpid()}",
         )
         self._script = self.client.register_script(_LUA)
+        self.resum_chunk = RESUM_CHUNK
+        # per state, the last state a call read from Redis: what local state goes on from when Redis fails
+        self.seen: dict[str, WindowState] = {}
         self._residual_script = self.client.register_script(_RESIDUAL_LUA)
 
     def _keys(self, key: str) -> list[str]:
@@ -372,17 +437,29 @@ class RedisBackend:
         s = self.s
         return [kind, repr(float(tau)), repr(float(p)), repr(float(x)), s.window, s.label_window, s.min_decisions,
                 s.min_labels, s.delta_min, s.delta_max, s.decay, self.margin, s.step, s.ttl_s, s.label_prior,
-                repr(float(free_margin)), s.start_z, s.label_z]
+                repr(float(free_margin)), s.start_z, s.label_z, repr(INFEASIBLE_TOLERANCE), self.resum_chunk]
 
     def read(self, key: str) -> tuple[float, bool]:
         delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
-        return float(delta or 0.0), infeasible == "1"
+        delta, infeasible = float(delta or 0.0), infeasible == "1"
+        self.seen[key] = replace(self.seen.get(key) or WindowState(), delta=delta, infeasible=infeasible)
+        return delta, infeasible
 
-    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> None:
-        self._script(keys=self._keys(key), args=self._args("d", tau, p, p_best, free_margin))
+    def _run(self, key: str, args: list[Any]) -> int:
+        delta, infeasible, n, sum_p, sum_p2, sum_best, n_labels, sum_res, sum_y, walked = self._script(
+            keys=self._keys(key), args=args)
+        self.seen[key] = WindowState(
+            n=int(n), sum_p=float(sum_p), sum_p2=float(sum_p2), sum_best=float(sum_best), n_labels=int(n_labels),
+            sum_res=float(sum_res), sum_y=float(sum_y), delta=float(delta), infeasible=infeasible == "1",
+        )
+        return int(walked)
+
+    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> int:
+        """Returns how many list entries the call's re-sum of sum_p2 walked (at most ``resum_chunk``)."""
+        return self._run(key, self._args("d", tau, p, p_best, free_margin))
 
     def feedback(self, key: str, p: float, y: float) -> None:
-        self._script(keys=self._keys(key), args=self._args("f", 0.0, p, y, self.margin))
+        self._run(key, self._args("f", 0.0, p, y, self.margin))
 
     def _residual_keys(self, deployment_id: str) -> list[str]:
         base = f"{self.s.key_prefix}deployment:{deployment_id}"
@@ -409,17 +486,23 @@ class RedisBackend:
         pipe.hgetall(h).llen(dl).llen(ll)
         values, n, n_labels = pipe.execute()
         f = lambda name: float(values.get(name, 0.0))  # noqa: E731
-        return WindowState(
+        state = WindowState(
             n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels),
             sum_res=f("sum_res"), sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
         )
+        self.seen[key] = state
+        return state
+
+
+_STATE_METHODS = frozenset({"read", "decision", "feedback", "state"})  # their first argument: the state key
 
 
 class ComplianceController:
     """``control`` before a decision, ``record_decision`` after it, ``record_feedback`` per label.
 
     With ``redis_url`` the state is shared through Redis; any Redis failure switches this process to
-    its local state (logged once per outage; no call raises or waits longer than ``timeout_s``).
+    its local state, which goes on from the state it last read from Redis (logged once per outage; no
+    call raises or waits longer than ``timeout_s``).
     ``artifact_margin``: the artifact's tau calibration margin, the target margin unless the
     settings name one."""
 
@@ -439,21 +522,27 @@ class ComplianceController:
         self._infeasible_warned: dict[str, float] = {}
 
     def _call(self, method: str, *args: Any) -> Any:
-        if self.redis is not None and time.monotonic() >= self._down_until:
-            try:
-                result = getattr(self.redis, method)(*args)
-                if self._outage_logged:
-                    logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
-                    self._outage_logged = False
-                return result
-            except Exception as exc:  # any Redis trouble: serve on local state, never fail the request
-                self._down_until = time.monotonic() + self.settings.retry_after_s
-                if not self._outage_logged:
-                    logger.warning(
-                        "PROTEUS compliance: Redis failed (%s); this process keeps its own controller state "
-                        "and retries Redis every %.0f s", exc, self.settings.retry_after_s,
-                    )
-                    self._outage_logged = True
+        if self.redis is not None:
+            if time.monotonic() >= self._down_until:
+                try:
+                    result = getattr(self.redis, method)(*args)
+                    if self._outage_logged:
+                        logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
+                        self._outage_logged = False
+                    return result
+                except Exception as exc:  # any Redis trouble: serve on local state, never fail the request
+                    self._down_until = time.monotonic() + self.settings.retry_after_s
+                    if not self._outage_logged:
+                        logger.warning(
+                            "PROTEUS compliance: Redis failed (%s); this process keeps its own controller state, going on "
+                            "from the state it last read from Redis, and retries Redis every %.0f s",
+                            exc, self.settings.retry_after_s,
+                        )
+                        self._outage_logged = True
+            if method in _STATE_METHODS:  # the first local call on a state since Redis answered for it
+                shared = self.redis.seen.pop(args[0], None)
+                if shared is not None:
+                    self.local.continue_from(args[0], shared)
         return getattr(self.local, method)(*args)
 
     @property

@@ -166,6 +166,23 @@ def test_infeasible_when_even_the_best_candidate_is_below_tau(caplog):
     assert not controller.control(KEY, TAU).infeasible
 
 
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("tau", [0.85, 0.93, 0.77, 0.6])
+def test_a_best_p_exactly_at_tau_is_feasible_in_both_backends(redis_server, shared, tau):
+    """The running sums round differently (doubles here, long doubles in Redis); the flag must not
+    follow the rounding: best p at tau is feasible, a hair below it is not."""
+    def infeasible(p_best: float) -> bool:
+        controller = ComplianceController(settings(), redis_url=redis_server.url if shared else None)
+        key = f"{KEY}:boundary:{tau}:{p_best}"
+        for _ in range(25):
+            controller.record_decision(key, tau, p_best, p_best)
+        assert controller.shared == shared
+        return controller.control(key, tau).infeasible
+
+    assert not infeasible(tau)
+    assert infeasible(tau - 1e-6)
+
+
 def test_disabled_controller_routes_at_tau_and_records_nothing():
     controller = ComplianceController(settings(enabled=False))
     feed(controller, [0.1] * 50)
@@ -240,6 +257,60 @@ def test_redis_killed_falls_back_to_local_state_without_raising(redis_server, ca
     assert not controller.shared and control.delta > 0 and not math.isnan(control.delta)
     assert controller.snapshot(KEY)["n"] == 10  # the local window
     assert sum("Redis failed" in r.getMessage() for r in caplog.records) == 1  # said once
+
+
+def test_a_redis_outage_goes_on_from_the_shared_state_it_last_read(redis_server, caplog):
+    """A paused Redis (every call times out): the tier keeps the delta, the infeasible flag and the
+    window sums Redis held, instead of restarting at 0 below min_decisions; once Redis answers
+    again, its state wins."""
+    import redis
+
+    key, tau = "tier:premium", 0.85
+    controller = ComplianceController(ComplianceSettings(retry_after_s=0.0), redis_url=redis_server.url)
+    for _ in range(400):
+        controller.record_decision(key, tau, 0.70, 0.95)
+    for _ in range(30):
+        controller.record_feedback(key, tau, 0.70, 1.0)
+    shared = controller.control(key, tau)
+    assert controller.shared and shared.delta == pytest.approx(0.3) and not shared.infeasible
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=30)
+    client.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        during = controller.control(key, tau)
+        assert "keeps its own controller state" in caplog.text  # the read above failed: local state
+        controller.record_decision(key, tau, 0.70, 0.95)  # local, one step from the shared state
+        after_step = controller.control(key, tau).delta
+        snap = controller.snapshot(key)
+    assert client.ping()  # answered once the pause is over
+    assert during.delta == shared.delta and during.infeasible == shared.infeasible
+    assert after_step == pytest.approx(shared.delta, abs=0.02 * 0.3)  # the normal step, not a fall to 0
+    assert snap["n"] == 200 and snap["p_mean"] == pytest.approx(0.70) and snap["p_best_mean"] == pytest.approx(0.95)
+    assert snap["n_labels"] == 30 and snap["residual"] == pytest.approx(0.30)
+
+    client.hset(controller.redis._keys(key)[0], "delta", "0.125")  # Redis is back: its state wins
+    assert controller.control(key, tau).delta == 0.125 and controller.shared
+
+
+def test_a_state_continued_from_its_sums_lets_its_oldest_entries_leave_at_their_mean():
+    from litellm_proteus.compliance import WindowState
+
+    controller = ComplianceController(settings())  # window 10, label_window 20
+    shared = WindowState(n=10, sum_p=7.0, sum_p2=4.95, sum_best=9.0, n_labels=20, sum_res=-2.0, sum_y=12.0,
+                         delta=0.2, infeasible=True)
+    controller.local.continue_from(KEY, shared)
+    assert controller.control(KEY, TAU) == controller.control(KEY, TAU) and controller.control(KEY, TAU).delta == 0.2
+    feed(controller, [0.9] * 4, p_best=0.95)
+    snap = controller.snapshot(KEY)
+    assert snap["n"] == 10 and snap["p_mean"] == pytest.approx((0.7 * 6 + 0.9 * 4) / 10)
+    assert snap["p_best_mean"] == pytest.approx((0.9 * 6 + 0.95 * 4) / 10)
+    assert controller.local.state(KEY).sum_p2 == pytest.approx(4.95 * 0.6 + 0.81 * 4)
+    feed(controller, [0.9] * 6, p_best=0.95)  # every entry it was continued from has left
+    assert controller.snapshot(KEY)["p_mean"] == pytest.approx(0.9) and not controller.control(KEY, TAU).infeasible
+    for _ in range(20):
+        controller.record_feedback(KEY, TAU, 0.9, 1.0)
+    snap = controller.snapshot(KEY)
+    assert snap["n_labels"] == 20 and snap["residual"] == pytest.approx(0.1) and snap["realised_mean"] == pytest.approx(1.0)
 
 
 def test_proxy_config_key_switches_it_off_and_names_bad_fields():
@@ -376,3 +447,61 @@ def test_start_z_on_a_window_of_constant_p_has_no_spread_and_moves_on_any_shortf
             controller.record_decision(key, TAU, 0.7, 0.9)
         delta = controller.control(key, TAU).delta
         assert math.isfinite(delta) and delta > 0 and controller.shared == (controller.redis is not None)
+
+
+def test_the_sum_p2_re_sum_walks_a_large_window_in_bounded_chunks(redis_server):
+    """window 100000: the re-sum that keeps sum_p2 exact (an offset left by older workers, drift)
+    is spread over calls, none walking more than RESUM_CHUNK entries of the list."""
+    import redis
+
+    from litellm_proteus.compliance import RESUM_CHUNK
+
+    window = 100_000
+    controller = ComplianceController(settings(window=window), redis_url=redis_server.url, timeout_s=5.0)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    hash_key, decisions, _ = controller.redis._keys(KEY)
+    ps = [0.5 + (i % 97) / 250 for i in range(window)]
+    pipe = client.pipeline(transaction=False)
+    for start in range(0, window, 10_000):
+        pipe.rpush(decisions, *(f"{p!r} {p + 0.05!r}" for p in ps[start:start + 10_000]))
+    # a full window whose sum_p2 is 5 off, one decision short of its re-sum
+    pipe.hset(hash_key, mapping={"sum_p": repr(sum(ps)), "sum_best": repr(sum(ps) + 0.05 * window),
+                                 "sum_p2": repr(sum(p * p for p in ps) + 5.0), "p2_age": window - 1})
+    pipe.execute()
+
+    walks = []
+    while not walks or client.hexists(hash_key, "p2_left"):
+        walks.append(controller.redis.decision(KEY, TAU, 0.7, 0.75, 0.0))
+        assert len(walks) < 2 * window / RESUM_CHUNK
+    assert controller.shared
+    assert max(walks) == RESUM_CHUNK and len(walks) > window / (RESUM_CHUNK + 1)  # spread over calls
+    exact = sum(float(entry.split()[0]) ** 2 for entry in client.lrange(decisions, 0, -1))
+    assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(exact, rel=1e-12)  # the offset is gone
+    assert client.llen(decisions) == window and int(client.hget(hash_key, "p2_age")) == 0
+
+
+def test_redis_state_matches_the_local_update_while_sum_p2_is_re_summed_in_chunks(redis_server):
+    """A re-sum over several calls (chunk 7, window 60) keeps sum_p2, and the deltas, as the
+    local update has them."""
+    values = [p + 0.01 * (i % 5) for i, p in enumerate(SEQUENCE * 30)]
+
+    def run(controller: ComplianceController) -> tuple[list[float], list[float]]:
+        deltas, sums = [], []
+        for i, p in enumerate(values):
+            if i % 4 == 0:
+                controller.record_feedback(KEY, TAU, p, float(i % 3 == 0))
+            controller.record_decision(KEY, TAU, p, p + 0.05, 0.8)
+            deltas.append(controller.control(KEY, TAU).delta)
+            sums.append(controller._call("state", KEY).sum_p2)
+        return deltas, sums
+
+    shared = dict(window=60, label_window=40, margin=0.03, start_z=1.0, decay=0.01)
+    local_deltas, local_sums = run(ComplianceController(settings(**shared)))
+    remote = ComplianceController(settings(**shared), redis_url=redis_server.url)
+    remote.redis.resum_chunk = 7
+    walks, decision = [], remote.redis.decision
+    remote.redis.decision = lambda *args: walks.append(decision(*args))
+    remote_deltas, remote_sums = run(remote)
+    assert remote.shared and max(walks) == 7 and sum(walks) > 3 * 60  # several re-sums, each over calls
+    assert remote_sums == pytest.approx(local_sums, abs=1e-9)
+    assert remote_deltas == pytest.approx(local_deltas, abs=1e-9) and any(d > 0 for d in remote_deltas)
