@@ -8,7 +8,8 @@ estimated per row by the doubly robust (DR) term
 
 where ``q`` is the performance head's predicted correctness (the direct method); the mean over rows
 is the policy's accuracy, unbiased where the log has support (either ``q`` is right or the logged
-propensities are), with a normal-approximation CI from the rows' spread.  Full-information rows
+propensities are), with a normal-approximation 95 % CI from the rows' spread, clipped to [0, 1]
+(an accuracy lies there; a DR term may not, and the interval of few rows runs past 1 otherwise).  Full-information rows
 (``logged_choice = -1``) contribute their exact score.  SNIPS (the self-normalised IPS mean over the
 rows where ``c = a``) is reported beside it.  A full-information row (a shadow row) that scored
 ``c`` observes the policy's choice as a bandit row agreeing with the logged one does: both count
@@ -132,7 +133,8 @@ class BanditRows:
         unsupported = ~self.labelled_slots[choice]
         # a full-information row that scored the choice is an observation of it, propensity-free
         observed = (self.logged_choice < 0) & np.isfinite(self.scores[np.arange(n), choice])
-        return Estimate(mean, mean - half, mean + half, snips, n, int(match.sum() + observed.sum()),
+        low, high = max(0.0, mean - half), min(1.0, mean + half)  # an accuracy's interval stays in [0, 1]
+        return Estimate(mean, low, high, snips, n, int(match.sum() + observed.sum()),
                         float(unsupported.mean()) if n else 0.0)
 
 

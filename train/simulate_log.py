@@ -10,6 +10,9 @@ recorded outcome is revealed as a shadow row (what the proxy's shadow evaluation
 ``litellm_proteus.shadow_rows``).  Tiers: the proxy config's (``--config``) or ``--tiers NAME=TAU ...``.
 Output: decision-log JSONL in schema 1 (``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per
 file) and shadow rows (``shadow-<UTC>-<pid>-<n>.jsonl``), the files ``proteus train --data DIR`` reads.
+``--out`` must be empty or new: call ids repeat from run to run (``sim-<seed>-<n>``), so two simulations
+in one folder would be read as one log with each call's records mixed.  ``--force`` deletes the
+``decisions-*.jsonl`` and ``shadow-*.jsonl`` files there first (what this command writes; other files stay).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import numpy as np
 import yaml
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
-from litellm_proteus.decision_log import LoggedCandidate, decision_record, feedback_record, log_file_name, outcome_record
+from litellm_proteus.decision_log import (FILE_PREFIX, FILE_SUFFIX, LoggedCandidate, decision_record, feedback_record,
+                                          log_file_name, outcome_record)
 from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
 from litellm_proteus.shadow_rows import SHADOW_PREFIX, shadow_row
@@ -67,7 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tiers = parser.add_mutually_exclusive_group(required=True)
     tiers.add_argument("--config", help="LiteLLM proxy config whose tiers the requests use")
     tiers.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="the requests' tiers, e.g. low=0.72 high=0.78")
-    parser.add_argument("--out", required=True, metavar="DIR", help="decision-log directory to write")
+    parser.add_argument("--out", required=True, metavar="DIR", help="decision-log directory to write (new or empty)")
+    parser.add_argument("--force", action="store_true",
+                        help="--out is not empty: delete its decisions-*.jsonl and shadow-*.jsonl files first")
     parser.add_argument("--requests", type=int, default=0, help="requests to simulate (0: each prompt of the split once)")
     parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback (default: %(default)s)")
     parser.add_argument("--shadow-share", type=float, default=0.0,
@@ -88,9 +94,37 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--{name.replace('_', '-')} must lie in [0, 1]; got {value}")
     if args.requests < 0:
         raise ValueError(f"--requests must be >= 0; got {args.requests}")
+    check_out(Path(args.out), args.force)
     summary = simulate(args)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def written_files(out: Path) -> list[Path]:
+    """The files of ``out`` that this command writes (by name)."""
+    return sorted(p for pattern in (f"{FILE_PREFIX}*{FILE_SUFFIX}", f"{SHADOW_PREFIX}*{FILE_SUFFIX}")
+                  for p in out.glob(pattern) if p.is_file())
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse an ``--out`` that exists and is not empty, unless ``force``."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a directory")
+    if force or not out.is_dir() or not any(out.iterdir()):
+        return
+    ours = written_files(out)
+    raise ValueError(f"--out {out} is not empty ({len(ours)} decision-log / shadow files, "
+                     f"{sum(1 for _ in out.iterdir()) - len(ours)} other entries): a second simulation there would be "
+                     "read as one log with the first (call ids repeat). Use a new folder, or --force to delete its "
+                     "decisions-*.jsonl and shadow-*.jsonl files first")
+
+
+def clear_out(out: Path) -> int:
+    """Delete the files of ``out`` named as this command names its output; how many."""
+    ours = written_files(out)
+    for path in ours:
+        path.unlink()
+    return len(ours)
 
 
 def simulate(args: argparse.Namespace) -> dict:
@@ -112,6 +146,7 @@ def simulate(args: argparse.Namespace) -> dict:
     weights_sha = manifest.weights_sha256
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    cleared = clear_out(out) if args.force else 0
     records: list[tuple[float, dict]] = []
     shadows: list[dict] = []
     shadow_rng = np.random.default_rng([args.seed, 1])  # its own stream: the log is the same for every share
@@ -159,7 +194,7 @@ def simulate(args: argparse.Namespace) -> dict:
         chunk = shadows[start:start + args.rotate]
         with open(out / log_file_name(os.getpid(), part, chunk[0]["ts"], prefix=SHADOW_PREFIX), "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps(row) + "\n" for row in chunk)
-    return {"out": str(out), "requests": n, "labelled": labelled, "explored": explored, "shadow_rows": len(shadows),
+    return {"out": str(out), **({"deleted_files": cleared} if cleared else {}), "requests": n, "labelled": labelled, "explored": explored, "shadow_rows": len(shadows),
             "tiers": tiers,
             "exploration_cost_overhead": round(chosen_cost / policy_cost - 1, 6) if policy_cost else 0.0,
             "other_candidate_cost_ratio": round(other_cost / chosen_cost, 6) if chosen_cost else 0.0}

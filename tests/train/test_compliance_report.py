@@ -72,3 +72,18 @@ def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):
     assert "no decision records" in capsys.readouterr().err
     assert proteus_cli(["compliance", "--log", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_shadow_rows_and_judge_feedback_beside_the_decisions(tmp_path, capsys):
+    from litellm_proteus.shadow_rows import shadow_row
+
+    write_log(tmp_path / "log")
+    row = shadow_row(call_id="c6", prompt="q6", tier="premium", tau=0.85, models=["cheap", "strong"],
+                     scores={"cheap": 0.0, "strong": 1.0}, costs={"cheap": 0.001, "strong": 0.01}, served="strong", ts=300.0)
+    (tmp_path / "log" / "shadow-20260101T000000-1-0.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "log" / "decisions-20260101T000001-1-judge.jsonl").write_text(
+        json.dumps(feedback_record("c6", 1.0, "judge", ts=300.0)) + "\n")
+    assert proteus_cli(["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"),
+                        "--png", str(tmp_path / "c.png")]) == 0
+    report = {t["tier"]: t for t in json.loads((tmp_path / "c.json").read_text())["tiers"]}
+    assert report["premium"]["requests"] == 4 and report["premium"]["labels"] == 4  # the judge's label counts, the shadow row is not a request

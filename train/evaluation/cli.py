@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and on a shared machine extra threads make latency and run time erratic)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--log", metavar="DIR", help="decision log: judge --artifact against --baseline-artifact "
-                        "off-policy on it and print a promote / don't-promote verdict (promotion.md/json in --out)")
+                        "off-policy on it and print a promote / don't-promote verdict (promotion.md/json in --out); "
+                        "exit status 0: promote, 3: do not promote (2: bad input)")
     parser.add_argument("--baseline-artifact", metavar="DIR", help="with --log: the artifact in production (default: bundled)")
 
 
@@ -105,13 +106,13 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline_artifact and not args.log:
         raise SystemExit("--baseline-artifact needs --log DIR (the decision log to judge both artifacts on)")
     if args.log:
-        from .promotion import promotion_report, render, write
+        from .promotion import exit_code, promotion_report, render, write
 
         report = promotion_report(args.artifact, args.baseline_artifact or str(DEFAULT_ARTIFACT_DIR), args.log,
                                   args.cache_dir or None, args.device)
         write(report, args.out)
         print(render(report))
-        return 0
+        return exit_code(report)
     from litellm_proteus.artifact import load_artifact
 
     from .evaluate import EvalConfig, ProteusRouter, evaluate

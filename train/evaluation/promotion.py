@@ -4,15 +4,17 @@ off-policy on a decision log (``train/off_policy.py``).
 Each labelled request of the log is routed by both artifacts at the tau it was served at (its
 ``tau_effective``), exactly as the proxy would (``routing.route_log``: calibration, prompt-hash
 mixing), among the slots that were its candidates.  Per tier (the log's ``tier``): each artifact's
-doubly robust accuracy with its 95 % CI, SNIPS, the rows backing it, and the mean cost of its choices
-(known exactly: every candidate's cost is logged).
+doubly robust accuracy with its 95 % CI (normal approximation, clipped to [0, 1]), SNIPS, the rows
+backing it, and the mean cost of its choices (known exactly: every candidate's cost is logged).  The
+rows: the labelled decisions and the shadow rows of the tier; decisions without feedback are not used.
 
 Verdict: **promote** when, on every tier, NEW's estimate is supported (at least ``MIN_MATCHED``
 labelled rows, and half the rows, agree with the logged choice, at most ``MAX_UNSUPPORTED_SHARE`` of rows go to a slot
 the log never labelled), its accuracy is at least min(tier tau, OLD's accuracy) -- it keeps the
 floor, or loses nothing where OLD did not keep it either -- and its total cost is no higher than
 OLD's, unless it keeps a floor OLD misses (accuracy above a floor OLD already keeps is worth nothing
-to the SLA); otherwise **don't promote**, with the tier and reason.  Evaluate on a log the new artifact did not train on: the command warns when the
+to the SLA); otherwise **don't promote**, with the tier and reason.  ``proteus eval --log`` exits
+``EXIT_PROMOTE`` (0) or ``EXIT_DO_NOT_PROMOTE`` (3), so CI can gate on the verdict.  Evaluate on a log the new artifact did not train on: the command warns when the
 log's period overlaps the one recorded in NEW's manifest.
 """
 
@@ -32,6 +34,9 @@ from ..off_policy import BanditRows
 from ..off_policy_calibration import MAX_UNSUPPORTED_SHARE, MIN_MATCHED, MIN_MATCHED_SHARE
 from ..routing import route_log
 from .inputs import artifact_encoder
+
+EXIT_PROMOTE = 0
+EXIT_DO_NOT_PROMOTE = 3  # not 1 (a crash) or 2 (bad input): the check ran and said no
 
 
 def artifact_estimates(artifact: str, log_dir: str, cache_dir: str | None, device: str) -> tuple[dict, dict]:
@@ -112,9 +117,7 @@ def promotion_report(new_artifact: str, old_artifact: str, log_dir: str, cache_d
 
 def render(report: dict) -> str:
     lines = [f"# Promotion check: {report['artifact']} vs {report['baseline_artifact']}", "",
-             f"Decision log {report['log']}: {report['log_provenance']['n_decisions']} decisions, "
-             f"{report['log_provenance']['n_labelled']} labelled, {report['log_provenance'].get('n_shadow_rows', 0)} shadow rows "
-             "(the tiers' rows are both).", "",
+             rows_used(report), "",
              "| tier | tau | new acc (DR, 95% CI) | baseline acc | new $/call | baseline $/call | rows agreeing (new) |",
              "|---|---|---|---|---|---|---|"]
     for tier, pair in report["tiers"].items():
@@ -126,6 +129,22 @@ def render(report: dict) -> str:
     if "warning" in report:
         lines += ["", f"Warning: {report['warning']}"]
     return "\n".join(lines) + "\n"
+
+
+def rows_used(report: dict) -> str:
+    """Which rows of the log the estimates rest on, in words."""
+    prov = report["log_provenance"]
+    decisions, labelled, shadow = prov["n_decisions"], prov["n_labelled"], prov.get("n_shadow_rows", 0)
+    used = sum(pair["new"]["n_rows"] for pair in report["tiers"].values())
+    sources = f"the {labelled} decisions with feedback" + (f" and the {shadow} shadow rows" if shadow else "")
+    return (f"Decision log {report['log']}: {decisions} decisions, {labelled} of them with feedback"
+            + (f", and {shadow} shadow rows" if shadow else ", no shadow rows") + ". "
+            f"The estimates use {sources} ({used} rows), each in the tier it was served at; "
+            f"the {decisions - labelled} decisions without feedback are not used.")
+
+
+def exit_code(report: dict) -> int:
+    return EXIT_PROMOTE if report["promote"] else EXIT_DO_NOT_PROMOTE
 
 
 def write(report: dict, out: str) -> None:

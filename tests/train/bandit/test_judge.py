@@ -91,3 +91,101 @@ def test_bad_flags_are_named(tmp_path):
 
     assert main(["judge", "--log", str(tmp_path), "--judge-model", "x", "--sample", "0"]) == 2
     assert main(["judge", "--log", str(tmp_path / "missing"), "--judge-model", "x"]) == 2
+
+
+def write_shadow_row(directory, call_id="c0"):
+    from litellm_proteus.shadow_rows import shadow_row
+
+    row = shadow_row(call_id=call_id, prompt="question 0", tier="standard", tau=0.8, models=["big", "small"],
+                     scores={"big": 1.0, "small": 0.0}, costs={"big": 0.01, "small": 0.001}, served="big", ts=1.0)
+    (directory / "shadow-20260101T000000-1-0.jsonl").write_text(json.dumps(row) + "\n")
+
+
+def test_shadow_rows_beside_the_decisions_are_left_alone(tmp_path, judge_upstream):
+    write_log(tmp_path)
+    write_shadow_row(tmp_path)
+    summary = judge(args_for(tmp_path))
+    assert summary["eligible"] == 5 and (summary["scored"], summary["unscored"]) == (3, 2)
+    log = load_logs(tmp_path)  # the trainer still reads the shadow row, as a full-information row
+    assert log.provenance["n_shadow_rows"] == 1 and log.provenance["feedback_sources"] == {"api": 1, "judge": 3}
+
+
+def test_the_command_judges_a_log_with_shadow_rows(tmp_path, judge_upstream, capsys):
+    from litellm_proteus.cli import main
+
+    write_log(tmp_path)
+    write_shadow_row(tmp_path)
+    assert main(["judge", "--log", str(tmp_path), "--judge-model", "openai/judge", "--api-base", BASE,
+                 "--api-key-env", "PROTEUS_TEST_JUDGE_KEY", "--sample", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["scored"] == 3
+
+
+def test_a_log_without_responses_names_the_setting_and_exits_2(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    write_log(tmp_path)
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        r.pop("response", None)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError, match="decision_log.log_responses: true") as raised:
+        judge(args_for(tmp_path))
+    assert "log_prompts" not in str(raised.value)  # the prompts are there
+    assert main(["judge", "--log", str(tmp_path), "--judge-model", "x"]) == 2
+    assert "decision_log.log_responses: true" in capsys.readouterr().err
+
+
+def test_a_log_without_prompts_or_responses_names_both_settings(tmp_path):
+    write_log(tmp_path)
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    records = [{k: v for k, v in json.loads(line).items() if k not in ("prompt", "response")}
+               for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError, match="log_responses: true and decision_log.log_prompts: true"):
+        judge(args_for(tmp_path))
+
+
+def test_a_fully_judged_log_is_not_an_error(tmp_path):
+    write_log(tmp_path, n=1)
+    (tmp_path / "decisions-20260101T000001-1-judge.jsonl").write_text(
+        json.dumps({"schema": 1, "type": "feedback", "call_id": "c0", "ts": 5.0, "score": 1.0, "source": "judge"}) + "\n")
+    summary = judge(args_for(tmp_path))
+    assert (summary["eligible"], summary["scored"]) == (0, 0)
+
+
+def test_the_budget_counts_the_cost_a_litellm_proxy_reports(tmp_path, monkeypatch):
+    write_log(tmp_path, n=40)
+    monkeypatch.setenv("PROTEUS_TEST_JUDGE_KEY", "sk-test")
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    with respx.mock() as mock:  # a proxy group: not in LiteLLM's cost map; the proxy reports each call's cost
+        route = mock.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(
+            200, json={**body("ok\nSCORE: 1"), "model": "proteus-judge"}, headers={"x-litellm-response-cost": "0.01"}))
+        summary = judge(args_for(tmp_path, judge_model="proteus-judge", budget_usd=0.025))
+    assert route.call_count == 3 and summary["stopped_by_budget"] and summary["spent_usd"] == pytest.approx(0.03)
+    assert summary["unpriced_calls"] == 0 and not summary["stopped_unpriced"]
+
+
+def test_a_budget_that_cannot_be_measured_stops_after_the_first_call(tmp_path, monkeypatch, capsys):
+    from litellm_proteus.cli import main
+
+    write_log(tmp_path, n=40)
+    monkeypatch.setenv("PROTEUS_TEST_JUDGE_KEY", "sk-test")
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    with respx.mock() as mock:  # no cost header, and the group name is not in LiteLLM's cost map
+        route = mock.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(
+            200, json={**body("ok\nSCORE: 1"), "model": "proteus-judge"}))
+        code = main(["judge", "--log", str(tmp_path), "--judge-model", "proteus-judge", "--api-base", BASE,
+                     "--api-key-env", "PROTEUS_TEST_JUDGE_KEY", "--sample", "1", "--budget-usd", "2"])
+    out = capsys.readouterr()
+    summary = json.loads(out.out)
+    assert code == 2 and route.call_count == 1
+    assert summary["stopped_unpriced"] and summary["unpriced_calls"] == 1 and summary["scored"] == 1  # its label is kept
+    assert "--budget-usd 2 cannot be enforced" in out.err
+
+
+def test_without_a_budget_unpriced_calls_are_counted_and_the_run_goes_on(tmp_path, judge_upstream, capsys):
+    write_log(tmp_path)
+    summary = judge(args_for(tmp_path, judge_model="proteus-judge"))
+    assert summary["unpriced_calls"] == 5 and summary["spent_usd"] == 0.0 and not summary["stopped_unpriced"]
+    assert capsys.readouterr().err.count("is unknown") == 1  # warned once

@@ -60,6 +60,18 @@ def test_full_information_rows_count_their_exact_score():
     assert est.dr == 1.0 and rows.labelled_slots.tolist() == [True, True]
 
 
+def test_the_accuracy_interval_stays_within_zero_and_one():
+    # 4 of 5 rows right: the normal interval 0.8 +- 0.39 would run to 1.19
+    rows = BanditRows(np.array([[1.0], [1.0], [1.0], [1.0], [0.0]]), np.full(5, -1), np.full(5, np.nan))
+    est = rows.estimate(np.zeros(5, dtype=int), np.full((5, 1), 0.5))
+    assert est.dr == pytest.approx(0.8) and est.ci_high == 1.0 and est.ci_low == pytest.approx(0.8 - 0.392, abs=1e-3)
+    assert est.to_dict()["ci95"] == [pytest.approx(0.40799, abs=1e-4), 1.0]
+    wrong = BanditRows(np.array([[0.0], [0.0], [0.0], [1.0]]), np.full(4, -1), np.full(4, np.nan))
+    assert wrong.estimate(np.zeros(4, dtype=int), np.full((4, 1), 0.5)).ci_low == 0.0  # 0.25 - 0.49 clipped
+    one = BanditRows(np.array([[1.0]]), np.full(1, -1), np.full(1, np.nan)).estimate(np.zeros(1, dtype=int), np.ones((1, 1)))
+    assert (one.ci_low, one.ci_high) == (0.0, 1.0)  # one row: nothing known beyond [0, 1]
+
+
 def test_full_information_rows_observe_the_choice_without_a_propensity():
     # two bandit rows (logged slot 0) and two shadow rows, one of which did not score slot 1
     scores = np.array([[1.0, np.nan], [0.0, np.nan], [1.0, 1.0], [0.0, np.nan]])

@@ -3,7 +3,7 @@ test_train_from_log)."""
 
 from __future__ import annotations
 
-from proteus_train.evaluation.promotion import overlap_warning, render, verdict
+from proteus_train.evaluation.promotion import EXIT_DO_NOT_PROMOTE, EXIT_PROMOTE, exit_code, overlap_warning, render, verdict
 
 
 def tier(dr, cost, tau=0.8, matched=50, unsupported=0.0, n=100):
@@ -46,8 +46,34 @@ def test_overlap_warning_when_the_periods_intersect():
     assert "overlaps" in overlap_warning(trained, inside)
 
 
-def test_the_report_counts_shadow_rows_beside_the_labelled_requests():
+def test_the_report_says_which_rows_the_estimates_use():
     report = {"artifact": "new", "baseline_artifact": "old", "log": "LOG", "promote": True, "reasons": ["ok"],
               "log_provenance": {"n_decisions": 300, "n_labelled": 20, "n_shadow_rows": 35},
-              "tiers": {"economy": {"new": tier(0.8, 1.0, n=55), "baseline": tier(0.8, 1.0, n=55)}}}
-    assert "300 decisions, 20 labelled, 35 shadow rows" in render(report)
+              "tiers": {"economy": {"new": tier(0.8, 1.0, n=25), "baseline": tier(0.8, 1.0, n=25)},
+                        "premium": {"new": tier(0.9, 1.0, n=30), "baseline": tier(0.9, 1.0, n=30)}}}
+    text = render(report)
+    assert ("Decision log LOG: 300 decisions, 20 of them with feedback, and 35 shadow rows. The estimates use the 20 "
+            "decisions with feedback and the 35 shadow rows (55 rows), each in the tier it was served at; the 280 "
+            "decisions without feedback are not used.") in text
+    assert "the tiers' rows are both" not in text
+    report["log_provenance"] = {"n_decisions": 300, "n_labelled": 55}
+    assert "55 of them with feedback, no shadow rows. The estimates use the 55 decisions with feedback (55 rows)" in render(report)
+
+
+def test_the_exit_code_is_the_verdict():
+    assert exit_code({"promote": True}) == EXIT_PROMOTE == 0
+    assert exit_code({"promote": False}) == EXIT_DO_NOT_PROMOTE == 3
+
+
+def test_the_command_exits_3_when_it_does_not_promote(monkeypatch, tmp_path, capsys):
+    from litellm_proteus.cli import main
+    from proteus_train.evaluation import promotion
+
+    report = {"artifact": "new", "baseline_artifact": "old", "log": "LOG", "promote": False,
+              "reasons": ["tier 'a': below the floor"], "log_provenance": {"n_decisions": 10, "n_labelled": 5},
+              "tiers": {"a": {"new": tier(0.7, 1.0, n=5), "baseline": tier(0.9, 1.0, n=5)}}}
+    monkeypatch.setattr(promotion, "promotion_report", lambda *args: report)
+    argv = ["eval", "--artifact", "new", "--log", str(tmp_path), "--out", str(tmp_path / "promo")]
+    assert main(argv) == 3 and "**Verdict: do not promote**" in capsys.readouterr().out
+    report["promote"] = True
+    assert main(argv) == 0

@@ -158,8 +158,9 @@ def test_train_with_shadow_rows_counts_them_and_labels_every_model(logged):
     assert record["off_policy"]["unlabelled_models"] == []  # shadow rows observe every slot, propensity-free
     done = proteus("eval", "--artifact", base / "shadow-art", "--log", base / "shadow", "--out", base / "promo-shadow",
                    "--cache-dir", base / "cache")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode in (0, 3), done.stderr[-3000:]
     report = json.loads((base / "promo-shadow" / "promotion.json").read_text())
+    assert done.returncode == (0 if report["promote"] else 3)  # the exit status is the verdict
     assert set(report["tiers"]) == {"premium", "economy"}  # a log with shadow rows is evaluated per tier
 
 
@@ -180,9 +181,13 @@ def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
         train_process(base / "explore", base / "from-log", "--init", DEFAULT_ARTIFACT_DIR)
     done = proteus("eval", "--artifact", base / "from-log", "--log", base / "greedy", "--out", base / "promo",
                    "--cache-dir", base / "cache")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode in (0, 3), done.stderr[-3000:]
     report = json.loads((base / "promo" / "promotion.json").read_text())
     assert set(report["tiers"]) == {"premium", "economy"} and isinstance(report["promote"], bool) and report["reasons"]
+    assert done.returncode == (0 if report["promote"] else 3)
+    for pair in report["tiers"].values():  # accuracy intervals stay in [0, 1]
+        for side in pair.values():
+            assert 0.0 <= side["ci95"][0] <= side["ci95"][1] <= 1.0
     assert "**Verdict: " in done.stdout and "overlaps" in report["warning"]  # both logs cover the same simulated hours
     done = proteus("eval", "--artifact", base / "from-log", "--baseline-artifact", DEFAULT_ARTIFACT_DIR, "--out", base / "x")
     assert done.returncode != 0 and "--baseline-artifact needs --log" in done.stderr
@@ -190,3 +195,34 @@ def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
     done = proteus("eval", "--artifact", base / "from-log", "--out", base / "y", "--cache-dir", base / "cache")
     assert done.returncode == 2 and "a decision log is not full-information test data" in done.stderr
     assert "--log LATER_DECISION_LOG" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_simulate_log_refuses_a_non_empty_out_and_force_replaces_the_simulated_files(logged, tmp_path):
+    base, _ = logged
+    out = tmp_path / "sim"
+    common = ["simulate-log", "--data", base / "logs.csv", "--config", base / "config.yaml", "--out", out,
+              "--requests", "50", "--cache-dir", base / "cache"]
+    assert proteus(*common, "--seed", "1").returncode == 0
+    first = sorted(p.name for p in out.iterdir())
+    (out / "notes.txt").write_text("kept")
+    done = proteus(*common, "--seed", "2")
+    assert done.returncode == 2 and f"--out {out} is not empty" in done.stderr and "--force" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(first + ["notes.txt"])  # nothing written
+    done = proteus(*common, "--seed", "2", "--force")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["deleted_files"] == len(first)
+    assert (out / "notes.txt").read_text() == "kept"  # only the files simulate-log writes are deleted
+    records = [json.loads(line) for p in out.glob("decisions-*.jsonl") for line in p.read_text().splitlines()]
+    decisions = [r for r in records if r["type"] == "decision"]
+    assert len(decisions) == 50 and {r["call_id"].split("-")[1] for r in records} == {"2"}  # the second run only
+
+
+def test_simulate_log_refuses_a_non_empty_out_before_reading_the_data(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    (tmp_path / "decisions-20260101T000000-1-0.jsonl").write_text("{}\n")
+    argv = ["simulate-log", "--data", str(tmp_path / "missing.csv"), "--tiers", "a=0.8", "--out", str(tmp_path)]
+    assert main(argv) == 2 and f"--out {tmp_path} is not empty (1 decision-log / shadow files, 0 other entries)" in capsys.readouterr().err
+    (tmp_path / "file").write_text("x")
+    assert main(["simulate-log", "--data", "d", "--tiers", "a=0.8", "--out", str(tmp_path / "file")]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
