@@ -8,7 +8,10 @@
   controller's tau offset and infeasible flag;
 - ``proteus_breaker_open{deployment}`` (0/1): whether the quality breaker leaves the deployment out;
 - ``proteus_deployment_correction{deployment}``: what the deployment correction adds to its predicted p;
-- ``proteus_decision_log_dropped_total``: records the decision log's full queue dropped.
+- ``proteus_decision_log_dropped_total``: decision log records that did not reach the log's file
+  (writer queue full, a failed file write, a line over ``max_bytes`` even without its text fields);
+- ``proteus_decision_log_truncated_total``: records written with ``prompt`` / ``response`` cut to fit
+  ``max_bytes``.
 
 With a compliance controller on the strategy (``strategy.compliance``), every gauge is read from its
 ``snapshot(state_key)`` (state shared through Redis).  Without one, this process keeps the last
@@ -58,7 +61,8 @@ class _Gauges:
         self.labels = gauge("proteus_realised_labels", "feedback labels behind proteus_realised_accuracy")
         self.delta = gauge("proteus_delta", "compliance controller tau offset")
         self.infeasible = gauge("proteus_infeasible", "1 when the tier's tau cannot be reached on the current window")
-        self.dropped = Counter("proteus_decision_log_dropped", "decision log records dropped (writer queue full)")
+        self.dropped = Counter("proteus_decision_log_dropped", "decision log records that did not reach the log file")
+        self.truncated = Counter("proteus_decision_log_truncated", "decision log records with text cut to fit max_bytes")
         self.breaker = Gauge("proteus_breaker_open", "1 while the quality breaker leaves the deployment out",
                              ["deployment"], multiprocess_mode="livemostrecent")
         self.correction = Gauge("proteus_deployment_correction", "what the deployment correction adds to its predicted p",
@@ -149,7 +153,13 @@ def _trailing_export(state_key: str, controller: Any) -> None:
     export(state_key, controller)
 
 
-def record_log_drop() -> None:
+def record_log_drop(n: int = 1) -> None:
     g = gauges()
-    if g is not None:
-        g.dropped.inc()
+    if g is not None and n > 0:
+        g.dropped.inc(n)
+
+
+def record_log_truncated(n: int = 1) -> None:
+    g = gauges()
+    if g is not None and n > 0:
+        g.truncated.inc(n)

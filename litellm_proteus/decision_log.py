@@ -2,12 +2,15 @@
 
 Writing never blocks a request: records go into a bounded queue that one writer thread drains into
 rotating JSONL files (``DIR/decisions-<UTC yyyymmddTHHMMSS>-<pid>-<n>.jsonl``, one per process at
-a time, so workers never share a file) and, optionally, a Redis stream (``XADD ... MAXLEN ~``).  A
-full queue drops the record and counts it (``proteus_decision_log_dropped_total``).  With Redis
+a time, so workers never share a file) and, optionally, a Redis stream (``XADD ... MAXLEN ~``).  Lines
+are written whole or not at all; no line is longer than ``max_bytes`` (a bigger record keeps the head
+of its prompt / response text, marked ``prompt_truncated`` / ``response_truncated``).  Every record
+that does not reach the file (a full queue, a failed write such as a full disk, a record too large
+even without its text) is counted (``proteus_decision_log_dropped_total``) and logged.  With Redis
 configured, the writer also keeps each decision under ``<redis_key_prefix><call_id>`` for
-``feedback_max_age_s``, so a worker that did not route a request can still accept its feedback.
-Redis trouble never reaches the files: after a failed Redis write the writer skips Redis for
-``redis.retry_after_s`` and counts what it skipped.
+``feedback_max_age_s``, so a worker that did not route a request can still accept its feedback; a
+failed file write does not keep a record from Redis.  Redis trouble never reaches the files: after a
+failed Redis write the writer skips Redis for ``redis.retry_after_s`` and counts what it skipped.
 
 Records (schema 1; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
 ``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Readers skip lines that do not
@@ -17,6 +20,7 @@ parse (a process killed mid-write leaves at most its last line half-written).
 from __future__ import annotations
 
 import atexit
+import errno
 import hashlib
 import json
 import logging
@@ -30,7 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .compliance_metrics import record_log_drop
+from .compliance_metrics import record_log_drop, record_log_truncated
 from .config import DecisionLogSettings, RedisSettings
 from .observability import RateLimitedWarnings
 
@@ -157,10 +161,57 @@ def log_file_name(pid: int, n: int, now: float | None = None, prefix: str = FILE
     return f"{prefix}{stamp}-{pid}-{n}{FILE_SUFFIX}"
 
 
+TEXT_FIELDS = ("prompt", "response")  # the bulky fields a record over max_bytes gives up first
+
+
+def fit_line(record: dict[str, Any], max_bytes: int) -> tuple[str | None, dict[str, Any]]:
+    """``(line, record)``: the record as one JSON line of at most ``max_bytes`` bytes.  A record too
+    large keeps the head of its ``prompt`` / ``response`` text that fits, marked ``<field>_truncated:
+    true`` (``prompt_sha256`` stays the hash of the whole prompt); ``(None, record)`` when even empty
+    text fields do not fit.  Lines are ASCII (``json.dumps`` escapes the rest), so characters are bytes."""
+    line = json.dumps(record, separators=(",", ":")) + "\n"
+    if len(line) <= max_bytes:
+        return line, record
+    fields = [f for f in TEXT_FIELDS if isinstance(record.get(f), str) and record[f]]
+    if not fields:
+        return None, record
+    bare = {**record, **{f: "" for f in fields}, **{f"{f}_truncated": True for f in fields}}
+    room = max_bytes - len(json.dumps(bare, separators=(",", ":")) + "\n")
+    if room < 0:
+        return None, record
+    fitted = dict(bare)
+    for i, field in enumerate(fields):
+        share = room // (len(fields) - i)
+        fitted[field] = _head(record[field], share)
+        room -= _escaped_len(fitted[field])
+    line = json.dumps(fitted, separators=(",", ":")) + "\n"
+    return line, fitted
+
+
+def _escaped_len(text: str) -> int:
+    return len(json.dumps(text)) - 2
+
+
+def _head(text: str, max_chars: int) -> str:
+    """The longest prefix of ``text`` whose JSON string escape is at most ``max_chars`` long."""
+    low, high = 0, min(len(text), max_chars)
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _escaped_len(text[:mid]) <= max_chars:
+            low = mid
+        else:
+            high = mid - 1
+    return text[:low]
+
+
 class RotatingJsonl:
     """This process's JSONL files in ``directory``: a new file past ``max_bytes``; at most
     ``max_files`` of them (the oldest deleted).  Other processes' files are never touched.  ``prefix``
-    names the stream: ``decisions-`` for the decision log, ``shadow-`` for shadow rows."""
+    names the stream: ``decisions-`` for the decision log, ``shadow-`` for shadow rows.
+
+    Lines are written whole or not at all: one unbuffered write per line, and a write that fails
+    (``OSError``: a full disk) cuts the file back to its last whole line, or, when that fails too,
+    leaves the file and starts a new one with the next line.  A line over ``max_bytes`` is refused."""
 
     def __init__(self, directory: str | Path, max_bytes: int, max_files: int, prefix: str = FILE_PREFIX):
         self.directory = Path(directory)
@@ -174,34 +225,81 @@ class RotatingJsonl:
 
     def _open_next(self) -> None:
         self.close()
+        self.directory.mkdir(parents=True, exist_ok=True)  # removed while the process ran: made again
         path = self.directory / log_file_name(os.getpid(), self._opened, prefix=self.prefix)
         self._opened += 1
-        self._handle = open(path, "a", encoding="utf-8")
-        self._size = path.stat().st_size
+        self._handle = open(path, "ab", buffering=0)
+        self._size = os.fstat(self._handle.fileno()).st_size
         self.files.append(path)
         while len(self.files) > self.max_files:
-            self.files.pop(0).unlink(missing_ok=True)
+            try:
+                self.files.pop(0).unlink(missing_ok=True)
+            except OSError:
+                pass
 
-    def write(self, line: str) -> None:
-        size = len(line.encode("utf-8"))
-        if self._handle is None or (self._size and self._size + size > self.max_bytes):
+    def write(self, line: str) -> bool:
+        """Append one whole line; False (nothing written) for a line over ``max_bytes``; OSError
+        when the file write fails (nothing of the line stays in the file)."""
+        data = line.encode("utf-8")
+        if len(data) > self.max_bytes:
+            return False
+        if self._handle is None or (self._size and self._size + len(data) > self.max_bytes):
             self._open_next()
-        self._handle.write(line)
-        self._size += size
+        start, view = self._size, memoryview(data)
+        try:
+            while view:
+                written = self._handle.write(view)
+                if not written:
+                    raise OSError(errno.EIO, "the file took no bytes")
+                view = view[written:]
+        except OSError:
+            self._cut_back(start)
+            raise
+        self._size += len(data)
+        return True
+
+    def _cut_back(self, size: int) -> None:
+        try:
+            self._handle.truncate(size)
+        except (OSError, ValueError):
+            self.close()  # a torn line may stay in this file: the next line starts a new one
+
+    def removed(self) -> bool:
+        """Whether the current file was deleted (or its folder removed) while open: what is written
+        to it is lost, so the caller writes it again (``reopen``)."""
+        if self._handle is None:
+            return False
+        try:
+            return os.fstat(self._handle.fileno()).st_nlink == 0
+        except OSError:
+            return True
+
+    def reopen(self) -> None:
+        """Leave the current file; the next line starts a new one (its folder made again if needed)."""
+        if self._handle is not None and self.files:
+            self.files.pop()  # deleted already
+        self.close()
 
     def flush(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
+        """Lines are written unbuffered: nothing waits in this process."""
 
     def close(self) -> None:
         if self._handle is not None:
-            self._handle.close()
+            try:
+                self._handle.close()
+            except OSError:
+                pass
             self._handle = None
 
 
 class DecisionLogWriter:
     """Bounded queue + one writer thread (``submit`` never blocks).  ``redis_client`` is a sync
-    ``redis.Redis`` (or None); the decision index and the stream are written through it."""
+    ``redis.Redis`` (or None); the decision index and the stream are written through it.
+
+    ``dropped`` counts the records that did not reach the log's file: a full queue, a failed file
+    write (a full disk), a record over ``max_bytes`` even without its text; ``truncated`` the records
+    written with their ``prompt`` / ``response`` cut to fit ``max_bytes``.  A failed file write does not
+    keep a record from Redis."""
 
     def __init__(self, settings: DecisionLogSettings, redis_client: Any = None, retry_after_s: float = 1.0):
         self.settings = settings
@@ -209,7 +307,9 @@ class DecisionLogWriter:
         self.redis = redis_client
         self.retry_after_s = retry_after_s
         self.dropped = 0
+        self.truncated = 0
         self.redis_skipped = 0
+        self._counts_lock = threading.Lock()
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 30.0)
         self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
@@ -223,10 +323,16 @@ class DecisionLogWriter:
             self._queue.put_nowait(record)
             return True
         except queue.Full:
-            self.dropped += 1
-            record_log_drop()
+            self._drop(1)
             self._warnings.warn("full", "PROTEUS decision log: queue full (%d), records dropped", self.settings.queue_size)
             return False
+
+    def _drop(self, n: int) -> None:
+        if n <= 0:
+            return
+        with self._counts_lock:
+            self.dropped += n
+        record_log_drop(n)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued so far is written (for tests and shutdown)."""
@@ -256,8 +362,10 @@ class DecisionLogWriter:
             records = [r for r in batch if isinstance(r, dict)]
             try:
                 self._write(records)
-            except Exception as exc:  # a full disk must not kill the thread: later records may fit
-                self._warnings.warn("write", "PROTEUS decision log: cannot write %d records: %s", len(records), exc)
+            except Exception as exc:  # nothing may kill the thread: later records may be written
+                if self.files is not None:
+                    self._drop(len(records))
+                self._warnings.warn("crash", "PROTEUS decision log: cannot write %d records: %s", len(records), exc)
             for item in batch:
                 if isinstance(item, threading.Event):
                     item.set()
@@ -269,14 +377,53 @@ class DecisionLogWriter:
     def _write(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
+        lines: list[str | None] = []
+        too_large = 0
+        for record in records:
+            if self.files is not None:
+                line, fitted = fit_line(record, self.files.max_bytes)
+                if line is not None and fitted is not record:
+                    with self._counts_lock:
+                        self.truncated += 1
+                    record_log_truncated()
+                    self._warnings.warn("truncated", "PROTEUS decision log: a %s record over max_bytes (%d) "
+                                        "is written with its text cut (counted)", record.get("type"), self.files.max_bytes)
+                elif line is None:
+                    too_large += 1
+            else:
+                line = json.dumps(record, separators=(",", ":")) + "\n"
+            lines.append(line)
+        if too_large:
+            self._drop(too_large)
+            self._warnings.warn("too_large", "PROTEUS decision log: %d records over max_bytes (%d) even without "
+                                "their text: dropped (counted)", too_large, self.files.max_bytes)
         if self.files is not None:
-            for record in records:
-                self.files.write(json.dumps(record, separators=(",", ":")) + "\n")
-            self.files.flush()
-        if self.redis is not None:
-            self._write_redis(records)
+            self._write_files([line for line in lines if line is not None])
+        if self.redis is not None:  # a record the file could not take still reaches Redis
+            self._write_redis([(record, line) for record, line in zip(records, lines) if line is not None])
 
-    def _write_redis(self, records: list[dict[str, Any]]) -> None:
+    def _write_files(self, lines: list[str]) -> None:
+        failed, error = self._write_lines(lines)
+        if self.files.removed():  # the file went away under the writer: this batch again, in a new file
+            self.files.reopen()
+            failed, error = self._write_lines(lines)
+        if failed:
+            self._drop(failed)
+            self._warnings.warn("write", "PROTEUS decision log: %d of %d records not written to %s (dropped, "
+                                "counted): %s", failed, len(lines), self.files.directory, error)
+
+    def _write_lines(self, lines: list[str]) -> tuple[int, OSError | None]:
+        failed, error = 0, None
+        for line in lines:
+            try:
+                self.files.write(line)
+            except OSError as exc:  # a full disk must not stop the writer: later records may fit
+                failed, error = failed + 1, exc
+        return failed, error
+
+    def _write_redis(self, records: list[tuple[dict[str, Any], str]]) -> None:
+        if not records:
+            return
         if time.monotonic() < self._redis_down_until:
             self.redis_skipped += len(records)
             return
@@ -284,8 +431,8 @@ class DecisionLogWriter:
         ttl = max(1, int(settings.feedback_max_age_s))
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for record in records:
-                line = json.dumps(record, separators=(",", ":"))
+            for record, line in records:
+                line = line.rstrip("\n")
                 if settings.redis_stream:
                     pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
                 if settings.redis_index and record["type"] == "decision":

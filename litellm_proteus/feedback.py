@@ -7,8 +7,9 @@ Three ways in, one set of rules (``FeedbackDesk.accept``):
 - ``proteus feedback CALL_ID SCORE --url PROXY | --log DIR`` (``feedback_cli.py``);
 - ``POST /proteus/feedback`` on the proxy (``router_strategy/feedback_route.py``).
 
-A score that is not a number in [0, 1] (400), an unknown call id (404), a second score for the same
-call (409) and a score for a decision older than ``decision_log.feedback_max_age_s`` (410) are
+A score that is not a number in [0, 1], a body with a field other than ``call_id``, ``score`` and
+``source``, a source longer than 64 characters (400), an unknown call id (404), a second score for the
+same call (409) and a score for a decision older than ``decision_log.feedback_max_age_s`` (410) are
 refused with ``FeedbackError`` and change nothing.  Accepted feedback is appended to the decision
 log and handed to the strategy's ``on_feedback(decision_record, score)``.
 
@@ -45,16 +46,36 @@ class FeedbackError(ValueError):
         self.status, self.param = status, param
 
 
+FEEDBACK_FIELDS = ("call_id", "score", "source")  # a feedback body's fields; source is optional
+CALL_ID_MAX_LEN = 256
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a client may send a 100,000-digit number)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def parse_score(score: Any) -> float:
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) or not 0 <= score <= 1:
-        raise FeedbackError(f"score must be a number in [0, 1]; got {score!r}", 400, "score")
+    bad = FeedbackError(f"score must be a number in [0, 1]; got {_shown(score)}", 400, "score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise bad
+    if isinstance(score, int):  # exact: float() of a huge int overflows
+        if not 0 <= score <= 1:
+            raise bad
+    elif not math.isfinite(score) or not 0 <= score <= 1:
+        raise bad
     return float(score)
 
 
 def parse_call_id(call_id: Any) -> str:
-    if not isinstance(call_id, str) or not call_id or len(call_id) > 256:
+    if not isinstance(call_id, str) or not call_id or len(call_id) > CALL_ID_MAX_LEN:
         raise FeedbackError(
-            f"call_id must be the request's litellm_call_id (the x-litellm-call-id response header); got {call_id!r}",
+            f"call_id must be the request's litellm_call_id (the x-litellm-call-id response header, at most "
+            f"{CALL_ID_MAX_LEN} characters); got {_shown(call_id)}",
             400,
             "call_id",
         )
@@ -63,8 +84,31 @@ def parse_call_id(call_id: Any) -> str:
 
 def parse_source(source: Any) -> str:
     if not isinstance(source, str) or not source or len(source) > FEEDBACK_SOURCES_MAX_LEN:
-        raise FeedbackError(f"source must be a short non-empty string (e.g. 'api', 'judge'); got {source!r}", 400, "source")
+        raise FeedbackError(
+            f"source must be a non-empty string of at most {FEEDBACK_SOURCES_MAX_LEN} characters (e.g. 'api', "
+            f"'judge'); got {_shown(source)}",
+            400,
+            "source",
+        )
     return source
+
+
+def parse_feedback_body(body: Any, default_source: str = "api") -> tuple[str, float, str]:
+    """``(call_id, score, source)`` from a feedback body ``{"call_id": ..., "score": 0..1, "source": ...}``;
+    FeedbackError (400) for anything else, unknown keys included (a misspelt field is not ignored)."""
+    if not isinstance(body, dict):
+        raise FeedbackError(f'body must be a JSON object {{"call_id": ..., "score": 0..1}}; got {type(body).__name__}', 400)
+    unknown = [key for key in body if key not in FEEDBACK_FIELDS]
+    if unknown:
+        names = ", ".join(_shown(key, 40) for key in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise FeedbackError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {names}: a feedback body has call_id, score "
+            f"(a number in [0, 1]) and optionally source",
+            400,
+            str(unknown[0])[:40],
+        )
+    call_id, score = parse_call_id(body.get("call_id")), parse_score(body.get("score"))
+    return call_id, score, parse_source(body.get("source", default_source))
 
 
 class FeedbackDesk:
@@ -183,6 +227,38 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
     return decision
 
 
+def _post_feedback(url: str, body: dict[str, Any], api_key: str | None, timeout_s: float) -> dict[str, Any]:
+    """POST ``body`` to ``<url>/proteus/feedback``; the proxy's answer, or FeedbackError: the proxy's
+    refusal with its status, a URL without http(s):// (400), no answer (connection refused, timeout: 503)."""
+    import httpx
+
+    if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+        raise FeedbackError(f"proxy URL {_shown(url)} needs http:// or https:// (e.g. http://127.0.0.1:4000)", 400)
+    target = url.rstrip("/") + FEEDBACK_ROUTE
+    try:
+        response = httpx.post(
+            target, json=body, headers={"Authorization": f"Bearer {api_key}"} if api_key else {}, timeout=timeout_s
+        )
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise FeedbackError(f"cannot reach the proxy at {target}: {type(exc).__name__}: {exc or 'no answer'}", 503) from exc
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {"error": {"message": response.text[:500]}}
+    if response.status_code != 200:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        if response.status_code == 404 and not message:  # not PROTEUS's answer: no such route there
+            raise FeedbackError(
+                f"no feedback route at {target} (HTTP 404): pass the proxy's base URL, e.g. http://127.0.0.1:4000, "
+                f"without /v1", 404,
+            )
+        if not message and isinstance(answer, dict):
+            message = answer.get("detail")
+        raise FeedbackError(f"proxy refused the feedback (HTTP {response.status_code}): {message or answer}", response.status_code)
+    return answer
+
+
 def send_feedback(
     call_id: str,
     score: float,
@@ -201,23 +277,7 @@ def send_feedback(
 
     Returns the proxy's JSON answer (``url``) or the decision record; raises FeedbackError."""
     if url is not None:
-        import httpx
-
-        response = httpx.post(
-            url.rstrip("/") + FEEDBACK_ROUTE,
-            json={"call_id": call_id, "score": score, "source": source},
-            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-            timeout=timeout_s,
-        )
-        try:
-            body = response.json()
-        except ValueError:
-            body = {"error": {"message": response.text}}
-        if response.status_code != 200:
-            error = body.get("error") if isinstance(body, dict) else None
-            message = error.get("message") if isinstance(error, dict) else (body.get("detail") if isinstance(body, dict) else None)
-            raise FeedbackError(f"proxy refused the feedback (HTTP {response.status_code}): {message or body}", response.status_code)
-        return body
+        return _post_feedback(url, {"call_id": call_id, "score": score, "source": source}, api_key, timeout_s)
     if log_dir is not None:
         return append_to_log_dir(log_dir, call_id, score, source)
     from .router_strategy.patch import active_strategy
@@ -228,4 +288,5 @@ def send_feedback(
     return submit_to_strategy(strategy, call_id, score, source)
 
 
-__all__ = ["FEEDBACK_ROUTE", "FeedbackDesk", "FeedbackError", "send_feedback", "submit_to_strategy"]
+__all__ = ["FEEDBACK_FIELDS", "FEEDBACK_ROUTE", "FeedbackDesk", "FeedbackError", "parse_feedback_body", "send_feedback",
+           "submit_to_strategy"]

@@ -3,7 +3,8 @@
 ``--url PROXY`` posts it to the proxy's ``/proteus/feedback`` (with ``--api-key``, default
 ``$LITELLM_API_KEY``, else ``$LITELLM_MASTER_KEY``): the controller sees it and the proxy logs it.  ``--log DIR`` appends it to a
 decision log folder offline (for training and ``proteus compliance``).  Refusals (unknown call id,
-score outside [0, 1], duplicate, late) end with ``error: ...`` and exit status 2.
+score outside [0, 1], duplicate, late) and a ``--url`` that is not a proxy's base URL (no ``http://``
+or ``https://``, nothing answering, no feedback route there) end with ``error: ...`` and exit status 2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("call_id", metavar="CALL_ID", help="the request's litellm_call_id (x-litellm-call-id header)")
     parser.add_argument("score", metavar="SCORE", type=float, help="outcome in [0, 1] (1 = correct / fully useful)")
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--url", help="proxy base URL, e.g. http://127.0.0.1:4000")
+    where.add_argument("--url", help="proxy base URL, e.g. http://127.0.0.1:4000 (without /v1)")
     where.add_argument("--log", metavar="DIR", help="decision log directory (offline)")
     parser.add_argument("--api-key", default=None, help="key for --url (default: $LITELLM_API_KEY, else $LITELLM_MASTER_KEY)")
     parser.add_argument("--source", default="cli", help="who scored it (default: cli)")

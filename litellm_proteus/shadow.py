@@ -218,7 +218,10 @@ class ShadowEvaluator:
             return None
         row = shadow_row(call_id=job.call_id, prompt=job.prompt, tier=job.tier, tau=job.tau, models=[c.model for c in job.candidates],
                          scores=scores, costs=costs, served=served.model)
-        await asyncio.to_thread(self._write, row)
+        if not await asyncio.to_thread(self._write, row):
+            self._skip("too_large", "too_large", "PROTEUS shadow: the row for %s is over max_bytes (%d): not written",
+                       job.call_id, self.files.max_bytes)
+            return None
         shadow_metrics.record_row()
         return row
 
@@ -278,10 +281,10 @@ class ShadowEvaluator:
         spend.append(cost)
         return cost
 
-    def _write(self, row: dict[str, Any]) -> None:
+    def _write(self, row: dict[str, Any]) -> bool:
+        """Append the row (whole or not at all); False for a row over ``max_bytes``."""
         with self._write_lock:
-            self.files.write(json.dumps(row, separators=(",", ":")) + "\n")
-            self.files.flush()
+            return self.files.write(json.dumps(row, separators=(",", ":")) + "\n")
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait for the running jobs (tests, shutdown)."""

@@ -7,7 +7,8 @@ counts of the same events (``counts``: what the tests and the log lines read).
   through Redis when configured; the value its live workers set most recently);
 - ``proteus_shadow_skipped_total{reason}``: sampled requests not shadowed: ``budget`` (the day's cap
   is spent), ``busy`` (``max_in_flight`` jobs running), ``no_answer`` (forgotten before its response
-  completed), ``unscored`` (no answer could be judged), ``error`` (the job failed);
+  completed), ``unscored`` (no answer could be judged), ``too_large`` (the row is over the log's
+  ``max_bytes``), ``error`` (the job failed);
 - ``proteus_shadow_rows_total``: shadow rows written.
 """
 

@@ -2,11 +2,14 @@
 
 LiteLLM has no hook for a plugin to add a route, so the hook's import (the proxy loads callbacks
 at start-up, in every worker) adds an ``APIRouter`` to ``litellm.proxy.proxy_server.app``, guarded
-by LiteLLM's own ``user_api_key_auth`` dependency: the same keys, custom auth and 401s as
-``/v1/chat/completions``.  (LiteLLM virtual keys that are not proxy admins also need the route in
-their ``allowed_routes``, as for any non-OpenAI route.)  A body that is not a JSON object is a 400
-before authentication (LiteLLM's auth cannot read such a body).  Answers: 200 with the decision's call id,
-state key and score; refusals in OpenAI's error shape with the status ``FeedbackError`` carries.
+by LiteLLM's own ``user_api_key_auth`` dependency: the same authentication as LiteLLM's own routes
+(a ``custom_auth`` function, the master key, virtual keys), with LiteLLM's answers to a missing or
+wrong key.  (LiteLLM virtual keys that are not proxy admins also need the route in their
+``allowed_routes``, as for any non-OpenAI route.)  A body that is not a JSON object (or is nested
+deeper than the JSON parser goes) is a 400 before authentication (LiteLLM's auth cannot read such a
+body).  Then ``parse_feedback_body``: fields other than ``call_id``, ``score`` and ``source`` are a
+400.  Answers: 200 with the decision's call id, state key and score; refusals in OpenAI's error
+shape with the status ``FeedbackError`` carries.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from ..feedback import FEEDBACK_ROUTE, FeedbackError, submit_to_strategy
+from ..feedback import FEEDBACK_ROUTE, FeedbackError, parse_feedback_body, submit_to_strategy
 
 logger = logging.getLogger("litellm_proteus.router")
 
@@ -37,7 +40,7 @@ async def require_json_object(request: Request) -> None:
 
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         body = None
     if not isinstance(body, dict):
         raise ProxyException(
@@ -53,12 +56,13 @@ async def proteus_feedback(request: Request) -> Any:
     strategy = active_strategy()
     if strategy is None:
         return error_response("PROTEUS routing is not active on this proxy", 404, None)
-    call_id, score, source = body.get("call_id"), body.get("score"), body.get("source", "api")
-    try:  # Redis lookups are synchronous: keep them off the event loop
+    try:
+        call_id, score, source = parse_feedback_body(body)
+        # Redis lookups are synchronous: keep them off the event loop
         decision = await asyncio.to_thread(submit_to_strategy, strategy, call_id, score, source)
     except FeedbackError as exc:
         return error_response(str(exc), exc.status, exc.param)
-    return {"call_id": decision["call_id"], "state_key": decision["state_key"], "score": float(score)}
+    return {"call_id": decision["call_id"], "state_key": decision["state_key"], "score": score}
 
 
 def register_feedback_route() -> bool:

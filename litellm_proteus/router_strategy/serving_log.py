@@ -1,7 +1,7 @@
 """What the strategy and the proxy hook write to the decision log, and the per-process writer.
 
 - ``log_routed``: after a PROTEUS pick, the ``decision`` record (queued; the in-memory feedback
-  index and the compliance gauges learn it at once);
+  index learns it at once when the queue took it, the compliance gauges at once);
 - ``log_outcome``: from LiteLLM's success/failure callbacks, the ``outcome`` record of a call
   PROTEUS routed (``response_cost``, latency, error);
 - shadow evaluation (``litellm_proteus/shadow.py``): ``log_routed`` samples the request and
@@ -126,8 +126,8 @@ def log_routed(
         artifact=strategy.engine.manifest.weights_sha256,
         log_prompt=strategy.config.decision_log.log_prompts,
     )
-    strategy.feedback_desk.remember(record)
-    strategy.decision_log.submit(record)
+    if strategy.decision_log.submit(record):  # a dropped decision takes no feedback (it would have no decision in the log)
+        strategy.feedback_desk.remember(record)
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
+import shutil
 import time
 
 import pytest
 import redis as redis_lib
 
+from litellm_proteus import decision_log
 from litellm_proteus.config import DecisionLogSettings, ProteusConfig, ProteusConfigError, RedisSettings
 from litellm_proteus.decision_log import (
     SCHEMA,
     DecisionLogWriter,
     LoggedCandidate,
+    RotatingJsonl,
     decision_record,
     feedback_record,
     iter_records,
     join_log,
     log_files,
     outcome_record,
+    prompt_sha256,
     redis_client,
 )
 
@@ -159,3 +166,142 @@ def test_decision_log_config_errors_name_the_field():
     with pytest.raises(ProteusConfigError, match=r"decision_log.bogus.*allowed: \[.*'log_prompts'"):
         ProteusConfig.parse({"decision_log": {"dir": "/tmp/x", "bogus": 1}})
     assert ProteusConfig.parse({}).decision_log is None
+
+
+class FullDisk:
+    """``open`` for the decision log module whose files share ``free`` bytes: a write past them puts
+    what fits and fails with ENOSPC, as a filling disk does.  Truncating gives the bytes back."""
+
+    def __init__(self, free: int):
+        self.free = free
+        self.failures = 0
+
+    def open(self, path, mode="r", *args, **kwargs):
+        handle = open(path, mode, *args, **kwargs)
+        return _DiskFile(self, handle) if "a" in mode else handle  # the writer's files; reading is untouched
+
+
+class _DiskFile:
+    def __init__(self, disk: FullDisk, raw):
+        self.disk, self.raw = disk, raw
+
+    def write(self, data) -> int:
+        data = data if isinstance(data, str) else bytes(data)  # text or binary files; the lines are ASCII
+        if len(data) <= self.disk.free:
+            self.disk.free -= len(data)
+            return self.raw.write(data)
+        part = data[: self.disk.free]
+        if part:
+            self.raw.write(part)
+        self.disk.free = 0
+        self.disk.failures += 1
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def truncate(self, size: int) -> int:
+        freed = os.fstat(self.raw.fileno()).st_size - size
+        self.disk.free += max(0, freed)
+        return self.raw.truncate(size)
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def lines_on_disk(directory) -> list[str]:
+    return [line for path in log_files(directory) for line in path.read_text().split("\n")]
+
+
+def dropped_metric() -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("proteus_decision_log_dropped_total") or 0.0
+
+
+def test_a_full_disk_counts_every_record_it_loses_leaves_no_torn_line_and_redis_still_indexes_them(
+        tmp_path, redis_server, monkeypatch, caplog):
+    disk = FullDisk(free=60 * 560 + 100)  # ~60 of 200 decisions fit (each line ~540 bytes), then part of one
+    monkeypatch.setattr(decision_log, "open", disk.open, raising=False)
+    client = redis_client(RedisSettings(url=redis_server.url, timeout_ms=5000))
+    writer = DecisionLogWriter(settings(tmp_path), client)
+    before = dropped_metric()
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.decision_log"):
+        for i in range(200):
+            assert writer.submit(make_decision(f"call-{i}"))
+        assert writer.flush()
+    assert disk.failures > 0
+    lines = lines_on_disk(tmp_path / "log")
+    assert lines[-1] == ""  # the files end with a whole line
+    written = [json.loads(line)["call_id"] for line in lines if line]  # every line parses: no torn one
+    assert 50 <= len(written) < 200
+    assert writer.dropped == 200 - len(written)
+    assert dropped_metric() == before + writer.dropped
+    assert "records not written to" in caplog.text and "No space left on device" in caplog.text
+    admin = redis_lib.Redis.from_url(redis_server.url, decode_responses=True)
+    assert all(admin.exists(f"proteus:decision:call-{i}") for i in range(200))  # feedback still finds them all
+    disk.free = 10**9  # space again: the next records are written after the last whole line
+    writer.submit(make_decision("after"))
+    assert writer.flush()
+    writer.close()
+    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == written + ["after"]
+    assert writer.dropped == 200 - len(written)
+
+
+def test_a_log_folder_removed_while_the_writer_runs_is_made_again_and_loses_nothing(tmp_path):
+    writer = DecisionLogWriter(settings(tmp_path))
+    for i in range(10):
+        writer.submit(make_decision(f"before-{i}"))
+    assert writer.flush()
+    shutil.rmtree(tmp_path / "log")
+    for i in range(10):
+        writer.submit(make_decision(f"after-{i}"))
+    assert writer.flush()
+    writer.close()
+    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == [f"after-{i}" for i in range(10)]
+    assert writer.dropped == 0
+
+
+def test_a_record_over_max_bytes_keeps_the_head_of_its_text_marked_and_counted_or_is_dropped(tmp_path):
+    from prometheus_client import REGISTRY
+
+    prompt = "Summarise this: " + "x" * 300_000
+    big = decision_record(**{**_decision_kwargs(), "call_id": "big", "prompt": prompt, "log_prompt": True})
+    accented = decision_record(**{**_decision_kwargs(), "call_id": "accented", "prompt": "é" * 300_000, "log_prompt": True})
+    answer = outcome_record(call_id="big", success=True, response_cost=0.1, latency_ms=1.0, error=None, response="y" * 300_000)
+    huge = make_decision("too-many-candidates")
+    huge["candidates"] = huge["candidates"] * 100  # ~9 KB without any text field: cannot fit
+    truncated_before = REGISTRY.get_sample_value("proteus_decision_log_truncated_total") or 0.0
+    dropped_before = dropped_metric()
+    writer = DecisionLogWriter(settings(tmp_path, max_bytes=4096))
+    for record in (make_decision("small-1"), big, accented, answer, huge, make_decision("small-2")):
+        assert writer.submit(record)
+    assert writer.flush()
+    writer.close()
+    assert all(path.stat().st_size <= 4096 for path in log_files(tmp_path / "log"))
+    records = {(r["type"], r["call_id"]): r for r in iter_records(tmp_path / "log")}
+    assert sorted(records) == [("decision", "accented"), ("decision", "big"), ("decision", "small-1"),
+                               ("decision", "small-2"), ("outcome", "big")]
+    logged = records[("decision", "big")]
+    assert logged["prompt_truncated"] is True and 3000 < len(logged["prompt"]) < 4096
+    assert prompt.startswith(logged["prompt"]) and logged["prompt_sha256"] == prompt_sha256(prompt)
+    assert records[("decision", "accented")]["prompt_truncated"] is True
+    assert set(records[("decision", "accented")]["prompt"]) == {"é"}
+    assert records[("outcome", "big")]["response_truncated"] is True and records[("outcome", "big")]["response"].startswith("yyy")
+    assert "prompt_truncated" not in records[("decision", "small-1")]
+    assert (writer.truncated, writer.dropped) == (3, 1)
+    assert REGISTRY.get_sample_value("proteus_decision_log_truncated_total") == truncated_before + 3
+    assert dropped_metric() == dropped_before + 1
+
+
+def test_rotating_files_refuse_a_line_over_max_bytes(tmp_path):
+    files = RotatingJsonl(tmp_path, 4096, 3, prefix="shadow-")
+    assert files.write('{"a":1}\n') is True
+    assert files.write('{"b":"' + "z" * 5000 + '"}\n') is False
+    assert files.write('{"c":3}\n') is True
+    files.close()
+    [path] = tmp_path.glob("shadow-*.jsonl")
+    assert path.read_text() == '{"a":1}\n{"c":3}\n'

@@ -3,8 +3,11 @@ and the ``proteus feedback`` command."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
+import socket
+import threading
 import time
 
 import pytest
@@ -12,7 +15,7 @@ import pytest
 from litellm_proteus.cli import main as proteus_cli
 from litellm_proteus.config import DecisionLogSettings, RedisSettings
 from litellm_proteus.decision_log import DecisionLogWriter, iter_records, redis_client
-from litellm_proteus.feedback import FeedbackDesk, FeedbackError, append_to_log_dir
+from litellm_proteus.feedback import FeedbackDesk, FeedbackError, append_to_log_dir, parse_feedback_body, send_feedback
 
 from .test_decision_log import make_decision
 
@@ -101,3 +104,73 @@ def test_offline_feedback_into_a_log_folder_and_the_cli(log, tmp_path, capsys):
         error = capsys.readouterr().err
         assert error.startswith("error: ") and message in error
     assert sorted((r["call_id"], r["score"], r["source"]) for r in feedback_in(directory)) == [("c1", 1.0, "python"), ("c2", 0.5, "cli")]
+
+
+def test_a_huge_integer_score_is_a_400_naming_the_range(log):
+    settings, writer = log
+    desk = FeedbackDesk(settings, writer.submit)
+    desk.remember(make_decision("fresh"))
+    for bad in (10**400, -(10**400), 2):
+        error = refused(desk, "fresh", bad)
+        assert (error.status, error.param) == (400, "score") and "[0, 1]" in str(error) and len(str(error)) < 200
+    assert desk.accept("fresh", 1)["call_id"] == "fresh"  # the int 1 is a score
+
+
+def test_unknown_fields_and_a_long_source_are_400s_that_say_what_is_allowed():
+    for body, named in (({"call_id": "c", "score": 1, "scor": 2}, ["'scor'"]),
+                        ({"id": "c", "rating": 1}, ["'id'", "'rating'"])):
+        with pytest.raises(FeedbackError) as info:
+            parse_feedback_body(body)
+        message = str(info.value)
+        assert info.value.status == 400 and all(name in message for name in named)
+        assert "call_id, score" in message and "source" in message
+    with pytest.raises(FeedbackError) as info:
+        parse_feedback_body({"call_id": "c", "score": 1, "source": "s" * 65})
+    assert (info.value.status, info.value.param) == (400, "source") and "at most 64 characters" in str(info.value)
+    assert parse_feedback_body({"call_id": "c", "score": 1}) == ("c", 1.0, "api")
+    assert parse_feedback_body({"call_id": "c", "score": 0.5, "source": "judge"}) == ("c", 0.5, "judge")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def not_found_server():
+    """A real HTTP server that answers every POST with FastAPI's 404 ({"detail": "Not Found"})."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b'{"detail":"Not Found"}'
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_cli_says_error_and_exits_2_when_the_proxy_url_is_wrong(capsys, not_found_server, monkeypatch):
+    monkeypatch.delenv("PROTEUS_DEBUG", raising=False)
+    for url, message in (
+        (f"http://127.0.0.1:{free_port()}", "cannot reach the proxy at http://127.0.0.1:"),
+        ("127.0.0.1:4411", "needs http:// or https://"),
+        (not_found_server + "/v1", "without /v1"),
+    ):
+        assert proteus_cli(["feedback", "some-call", "1", "--url", url, "--api-key", "sk-x"]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("error: ") and message in error and "Traceback" not in error
+    with pytest.raises(FeedbackError, match="needs http:// or https://"):
+        send_feedback("some-call", 1.0, url="localhost:4000")

@@ -149,6 +149,32 @@ def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_real
     assert sorted(sources) == ["cli", "judge", "python"]
 
 
+def test_malformed_feedback_bodies_are_400s_that_say_what_is_wrong(logged_proxy):
+    call_id = logged_proxy.chat("sk-alice").headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [call_id])
+    url = logged_proxy.base + FEEDBACK_ROUTE
+    headers = {"Authorization": "Bearer sk-alice", "Content-Type": "application/json"}
+
+    def post(content: str) -> httpx.Response:
+        return httpx.post(url, content=content, headers=headers, timeout=30)
+
+    huge = post('{"call_id":"%s","score":1%s}' % (call_id, "0" * 400))
+    assert huge.status_code == 400 and huge.json()["error"]["param"] == "score" and "[0, 1]" in huge.json()["error"]["message"]
+    deep = post('{"call_id":' + "[" * 100_000 + "]" * 100_000 + ',"score":1}')
+    assert deep.status_code == 400 and "JSON object" in deep.json()["error"]["message"]
+    misspelt = post('{"call_id":"%s","score":1,"scor":2}' % call_id)
+    assert misspelt.status_code == 400 and "'scor'" in misspelt.json()["error"]["message"]
+    renamed = post('{"id":"%s","rating":1}' % call_id)
+    message = renamed.json()["error"]["message"]
+    assert renamed.status_code == 400 and "'id'" in message and "'rating'" in message and "call_id, score" in message
+    long_source = post('{"call_id":"%s","score":1,"source":"%s"}' % (call_id, "s" * 65))
+    assert long_source.status_code == 400 and "at most 64 characters" in long_source.json()["error"]["message"]
+    with pytest.raises(FeedbackError, match="without /v1"):
+        send_feedback(call_id, 1.0, url=logged_proxy.base + "/v1", api_key="sk-alice")
+    accepted = post('{"call_id":"%s","score":1,"source":"api"}' % call_id)  # nothing above counted as feedback
+    assert accepted.status_code == 200, accepted.text
+
+
 def test_the_compliance_report_reads_the_proxys_log(logged_proxy, tmp_path, capsys):
     assert proteus_cli(["compliance", "--log", str(log_dir(logged_proxy)), "--png", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out

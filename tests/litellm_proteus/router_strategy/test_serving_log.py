@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import httpx
@@ -76,3 +77,47 @@ def test_a_retried_call_logs_its_decisions_and_outcomes_and_takes_feedback(steer
         send_feedback(call_id, 1.0)
     assert wait_for(lambda: any(r["type"] == "feedback" for r in records()))
     assert [r["score"] for r in records() if r["type"] == "feedback"] == [0.5]
+
+
+def test_a_decision_the_full_queue_dropped_takes_no_feedback(steerable_artifact, tmp_path, upstream, monkeypatch):  # noqa: F811
+    from litellm_proteus.router_strategy.patch import active_strategy
+
+    directory = tmp_path / "log"
+    args = {"artifact": str(steerable_artifact), "tiers": {"standard": 0.85},
+            "decision_log": {"dir": str(directory), "queue_size": 1}}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    writer = active_strategy().decision_log
+    disk_free = threading.Event()  # a stalled disk: the writer thread waits in its first file write
+    write = writer.files.write
+    monkeypatch.setattr(writer.files, "write", lambda line: disk_free.wait(30) and write(line))
+    assert writer.submit({"type": "filler"}) is True  # taken by the writer thread, which then stalls
+    assert wait_for(lambda: writer._queue.qsize() == 0)
+    assert writer.submit({"type": "filler"}) is True  # the queue (1) is full now
+    dropped = writer.dropped
+
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, litellm_call_id="dropped-call"))
+    assert writer.dropped > dropped  # the decision did not fit the queue
+    disk_free.set()
+    assert writer.flush()  # the queue has room again: only the missing decision can refuse the feedback
+    with pytest.raises(FeedbackError) as info:
+        send_feedback("dropped-call", 1.0)
+    assert info.value.status == 404 and "unknown call_id 'dropped-call'" in str(info.value)
+    assert writer.flush()
+    assert [r for r in iter_records(directory) if r["call_id"] == "dropped-call"] == []
+
+
+def test_a_feedback_body_nested_too_deep_for_the_json_parser_is_a_400():
+    from litellm.proxy._types import ProxyException
+    from starlette.requests import Request
+
+    from litellm_proteus.router_strategy.feedback_route import require_json_object
+
+    body = b'{"call_id":' + b"[" * 100_000 + b"]" * 100_000 + b',"score":1}'
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    request = Request({"type": "http", "method": "POST", "path": "/proteus/feedback", "headers": []}, receive)
+    with pytest.raises(ProxyException) as info:
+        asyncio.run(require_json_object(request))
+    assert str(info.value.code) == "400" and "JSON object" in info.value.message
