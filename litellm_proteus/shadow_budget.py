@@ -9,7 +9,10 @@ jobs pass the cap only by what their estimates fell short of.
 
 While a configured Redis cannot be reached no reservation is admitted: the cap is shared, and a
 process counting from its own zero could spend a whole cap more per process.  What running jobs
-settle meanwhile is kept and added to the shared total once Redis answers again.
+settle meanwhile is kept and added to the shared total once Redis answers again.  Each settlement
+carries an id that Redis remembers for the key's lifetime, so one whose reply was lost (a timeout
+after Redis applied it) is never added twice.  A reservation whose reply was lost stays charged:
+the total errs high, never low.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -37,6 +41,17 @@ return {1, total}
 """
 
 
+# KEYS: the day's key, the settlement's id key; ARGV: amount, ttl.  Adds the amount once per id.
+# Returns the total (as a string).
+_CHARGE_LUA = """
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
+  redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[2])
+end
+return redis.call('GET', KEYS[1]) or '0'
+"""
+
+
 def utc_day(now: float | None = None) -> str:
     return datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%d")
 
@@ -52,71 +67,76 @@ class DailyBudget:
         self.key_prefix = key_prefix
         self.retry_after_s = retry_after_s
         self.clock = clock
-        self._local: dict[str, float] = {}  # without Redis: the spend; with Redis: settled while it was down
+        self._local: dict[str, float] = {}  # without Redis: each day's spend
+        self._seen: dict[str, float] = {}  # with Redis: each day's total as Redis last answered it
+        self._pending: list[tuple[str, str, float]] = []  # with Redis: (id, day, usd) settled while it was down
         self._lock = threading.Lock()
-        self._sync_lock = threading.Lock()  # one thread at a time adds the settled amounts to Redis
+        self._sync_lock = threading.Lock()  # one thread at a time sends the pending settlements
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 60.0)
         self._reserve = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
+        self._charge = redis_client.register_script(_CHARGE_LUA) if redis_client is not None else None
 
     def key(self, day: str) -> str:
         return f"{self.key_prefix}{day}"
 
     # -- sync (a worker thread, or tests) ----------------------------------------------------
     def spent(self) -> float:
-        """Today's spend: the shared total (plus what this process settled while Redis was down)."""
+        """Today's spend: the shared total when Redis answers; while it does not, the total it last
+        gave plus what this process settled since."""
         day = utc_day(self.clock())
+        if self.redis is None:
+            with self._lock:
+                return self._local.get(day, 0.0)
         if self._use_redis():
             try:
                 self._sync()
-                value = self.redis.get(self.key(day))
-                return float(value or 0.0)
+                return self._saw(day, self.redis.get(self.key(day)))
             except Exception as exc:  # redis.RedisError, OSError: settle locally until it is back
                 self._redis_failed(exc)
-        with self._lock:
-            return self._local.get(day, 0.0)
+        return self._estimate(day)
 
     def reserve(self, usd: float) -> tuple[str | None, float]:
         """Add ``usd`` to today's spend unless the total would pass the cap: (the day charged, or
         None when refused; the total).  Refused while a configured Redis cannot be reached."""
         day = utc_day(self.clock())
-        if self.redis is not None:
-            if self._use_redis():
-                try:
-                    self._sync()
-                    ok, total = self._reserve(keys=[self.key(day)], args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
-                    return (day if int(ok) else None), float(total)
-                except Exception as exc:
-                    self._redis_failed(exc)
+        if self.redis is None:
             with self._lock:
-                return None, self._local.get(day, 0.0)
-        with self._lock:
-            before = self._local.get(day, 0.0)
-            if before >= self.cap_usd or before + usd > self.cap_usd:
-                return None, before
-        return day, self.charge(usd, day)
+                before = self._local.get(day, 0.0)
+                if before >= self.cap_usd or before + usd > self.cap_usd:
+                    return None, before
+            return day, self.charge(usd, day)
+        if self._use_redis():
+            try:
+                self._sync()
+                ok, total = self._reserve(keys=[self.key(day)], args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                return (day if int(ok) else None), self._saw(day, total)
+            except Exception as exc:
+                self._redis_failed(exc)
+        return None, self._estimate(day)
 
     def charge(self, usd: float, day: str | None = None) -> float:
         """Add ``usd`` (negative: a refund) to the spend of ``day`` (default today); returns the new total."""
         day = day or utc_day(self.clock())
         if usd == 0:
             return self.spent()
+        if self.redis is None:
+            with self._lock:
+                today = utc_day(self.clock())
+                for old in [d for d in self._local if d not in (day, today)]:
+                    del self._local[old]
+                self._local[day] = self._local.get(day, 0.0) + usd
+                return self._local[day]
+        settlement = (uuid.uuid4().hex, day, usd)
         if self._use_redis():
             try:
                 self._sync()
-                pipe = self.redis.pipeline(transaction=True)
-                pipe.incrbyfloat(self.key(day), usd)
-                pipe.expire(self.key(day), KEY_TTL_S)
-                total, _ = pipe.execute()
-                return float(total)
+                return self._send(settlement)
             except Exception as exc:
                 self._redis_failed(exc)
         with self._lock:
-            today = utc_day(self.clock())
-            for old in [d for d in self._local if d not in (day, today)]:
-                del self._local[old]
-            self._local[day] = self._local.get(day, 0.0) + usd
-            return self._local[day]
+            self._pending.append(settlement)
+        return self._estimate(day)
 
     # -- async (the proxy's event loop) -------------------------------------------------------
     async def areserve(self, usd: float) -> tuple[str | None, float]:
@@ -125,24 +145,35 @@ class DailyBudget:
     async def acharge(self, usd: float, day: str | None = None) -> float:
         return await asyncio.to_thread(self.charge, usd, day) if self.redis is not None else self.charge(usd, day)
 
+    # -- Redis --------------------------------------------------------------------------------
+    def _send(self, settlement: tuple[str, str, float]) -> float:
+        op, day, usd = settlement
+        total = self._charge(keys=[self.key(day), f"{self.key(day)}:op:{op}"], args=[repr(float(usd)), KEY_TTL_S])
+        return self._saw(day, total)
+
     def _sync(self) -> None:
-        """Add what was settled while Redis was down to the shared totals (raises on a Redis error,
-        keeping the amounts for the next try)."""
+        """Send the settlements made while Redis was down (raises on a Redis error; what is not sent
+        stays pending, and a settlement sent twice is added once)."""
         with self._sync_lock:
-            with self._lock:
-                pending = dict(self._local)
-            for day, usd in pending.items():
-                if usd:
-                    pipe = self.redis.pipeline(transaction=True)
-                    pipe.incrbyfloat(self.key(day), usd)
-                    pipe.expire(self.key(day), KEY_TTL_S)
-                    pipe.execute()
+            while True:
                 with self._lock:
-                    left = self._local.get(day, 0.0) - usd
-                    if abs(left) < 1e-15:
-                        self._local.pop(day, None)
-                    else:
-                        self._local[day] = left
+                    if not self._pending:
+                        return
+                    settlement = self._pending[0]
+                self._send(settlement)
+                with self._lock:
+                    self._pending.remove(settlement)
+
+    def _saw(self, day: str, total: Any) -> float:
+        today = utc_day(self.clock())
+        with self._lock:
+            self._seen = {d: v for d, v in self._seen.items() if d in (day, today)}
+            self._seen[day] = float(total or 0.0)
+            return self._seen[day]
+
+    def _estimate(self, day: str) -> float:
+        with self._lock:
+            return self._seen.get(day, 0.0) + sum(usd for _, d, usd in self._pending if d == day)
 
     def _use_redis(self) -> bool:
         return self.redis is not None and time.monotonic() >= self._redis_down_until

@@ -133,7 +133,8 @@ class BanditRows:
         unsupported = ~self.labelled_slots[choice]
         # a full-information row that scored the choice is an observation of it, propensity-free
         observed = (self.logged_choice < 0) & np.isfinite(self.scores[np.arange(n), choice])
-        low, high = max(0.0, mean - half), min(1.0, mean + half)  # an accuracy's interval stays in [0, 1]
+        # an accuracy's interval stays in [0, 1] (a DR mean may leave it); no rows: NaN, as the mean
+        low, high = (float(np.clip(mean - half, 0.0, 1.0)), float(np.clip(mean + half, 0.0, 1.0))) if n else (math.nan, math.nan)
         return Estimate(mean, low, high, snips, n, int(match.sum() + observed.sum()),
                         float(unsupported.mean()) if n else 0.0)
 

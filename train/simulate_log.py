@@ -12,7 +12,8 @@ Output: decision-log JSONL in schema 1 (``decisions-<UTC>-<pid>-<n>.jsonl``, ``-
 file) and shadow rows (``shadow-<UTC>-<pid>-<n>.jsonl``), the files ``proteus train --data DIR`` reads.
 ``--out`` must be empty or new: call ids repeat from run to run (``sim-<seed>-<n>``), so two simulations
 in one folder would be read as one log with each call's records mixed.  ``--force`` deletes the
-``decisions-*.jsonl`` and ``shadow-*.jsonl`` files there first (what this command writes; other files stay).
+``decisions-*.jsonl`` and ``shadow-*.jsonl`` files there first (what this command writes; other files stay),
+only in a folder this command wrote (it leaves ``MARKER`` there): a proxy's own log is never deleted.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tiers.add_argument("--tiers", nargs="+", metavar="NAME=TAU", help="the requests' tiers, e.g. low=0.72 high=0.78")
     parser.add_argument("--out", required=True, metavar="DIR", help="decision-log directory to write (new or empty)")
     parser.add_argument("--force", action="store_true",
-                        help="--out is not empty: delete its decisions-*.jsonl and shadow-*.jsonl files first")
+                        help="--out holds an earlier simulation: delete its decisions-*.jsonl and shadow-*.jsonl files first")
     parser.add_argument("--requests", type=int, default=0, help="requests to simulate (0: each prompt of the split once)")
     parser.add_argument("--label-share", type=float, default=0.05, help="share of requests that get feedback (default: %(default)s)")
     parser.add_argument("--shadow-share", type=float, default=0.0,
@@ -100,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+MARKER = ".proteus-simulate-log"  # in every --out this command writes: --force clears only such folders
+
+
 def written_files(out: Path) -> list[Path]:
     """The files of ``out`` that this command writes (by name)."""
     return sorted(p for pattern in (f"{FILE_PREFIX}*{FILE_SUFFIX}", f"{SHADOW_PREFIX}*{FILE_SUFFIX}")
@@ -110,7 +114,12 @@ def check_out(out: Path, force: bool) -> None:
     """Refuse an ``--out`` that exists and is not empty, unless ``force``."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: exists and is not a directory")
-    if force or not out.is_dir() or not any(out.iterdir()):
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if force:
+        if not (out / MARKER).exists():
+            raise ValueError(f"--out {out}: --force deletes only a folder simulate-log wrote (with its {MARKER} file); "
+                             "this one has none, and may hold a proxy's own decision log. Use a new folder")
         return
     ours = written_files(out)
     raise ValueError(f"--out {out} is not empty ({len(ours)} decision-log / shadow files, "
@@ -147,6 +156,7 @@ def simulate(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cleared = clear_out(out) if args.force else 0
+    (out / MARKER).write_text("written by proteus simulate-log: --force may replace its decisions-*.jsonl and shadow-*.jsonl\n")
     records: list[tuple[float, dict]] = []
     shadows: list[dict] = []
     shadow_rng = np.random.default_rng([args.seed, 1])  # its own stream: the log is the same for every share

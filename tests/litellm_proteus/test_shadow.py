@@ -71,8 +71,10 @@ def test_while_redis_is_down_nothing_is_admitted_and_settlements_reach_redis_whe
     assert day == utc_day(DAY) and total == pytest.approx(0.004)
     redis_server.stop()
     # a process counting from its own zero could spend the whole shared cap again: refuse instead
-    assert budget.reserve(0.001)[0] is None and not admits(budget)
-    assert budget.charge(0.003, day) == pytest.approx(0.003)  # a running job settles: kept for Redis
+    assert budget.reserve(0.001) == (None, pytest.approx(0.004))  # the total Redis last gave
+    assert not admits(budget)
+    # a running job settles: kept for Redis, and counted in what the process reports meanwhile
+    assert budget.charge(0.003, day) == pytest.approx(0.007) and budget.spent() == pytest.approx(0.007)
     restarted = start_redis(redis_server.port)
     try:
         # Redis answers again (a fresh, empty server): the settlement is added to the shared total first
@@ -81,6 +83,43 @@ def test_while_redis_is_down_nothing_is_admitted_and_settlements_reach_redis_whe
         assert budget.charge(0.001) == pytest.approx(0.004)  # added once, not again
     finally:
         restarted.stop()
+
+
+def test_a_settlement_whose_reply_was_lost_is_added_to_redis_once(redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    budget = DailyBudget(1.0, client, "t:lost:", retry_after_s=0.0, clock=Clock(DAY))
+    day, _ = budget.reserve(0.10)
+    applied = budget._charge
+
+    def applied_then_timed_out(**kwargs):  # Redis adds it, the reply never arrives
+        applied(**kwargs)
+        raise redis.exceptions.TimeoutError("reply lost")
+
+    budget._charge = applied_then_timed_out
+    budget.charge(0.05, day)
+    budget._charge = applied
+    assert budget.spent() == pytest.approx(0.15)  # the pending settlement is sent again, added once
+    assert float(client.get(f"t:lost:{day}")) == pytest.approx(0.15) and not budget._pending
+
+
+def test_settlements_pending_for_an_earlier_day_survive_a_day_change(redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    clock = Clock(DAY)
+    budget = DailyBudget(1.0, client, "t:days:", retry_after_s=0.0, clock=clock)
+    day_a, _ = budget.reserve(0.10)
+    applied = budget._charge
+
+    def down(**kwargs):
+        raise redis.exceptions.ConnectionError("down")
+
+    budget._charge = down
+    budget.charge(-0.04, day_a)  # a job of day A settles while Redis is down
+    clock.now = DAY + 86400
+    budget.charge(0.01)  # and one of the next day
+    budget._charge = applied  # Redis answers again
+    budget.spent()
+    assert float(client.get(f"t:days:{day_a}")) == pytest.approx(0.06)
+    assert float(client.get(f"t:days:{utc_day(clock.now)}")) == pytest.approx(0.01)
 
 
 def evaluator(tmp_path, **settings) -> ShadowEvaluator:

@@ -70,6 +70,12 @@ def test_the_accuracy_interval_stays_within_zero_and_one():
     assert wrong.estimate(np.zeros(4, dtype=int), np.full((4, 1), 0.5)).ci_low == 0.0  # 0.25 - 0.49 clipped
     one = BanditRows(np.array([[1.0]]), np.full(1, -1), np.full(1, np.nan)).estimate(np.zeros(1, dtype=int), np.ones((1, 1)))
     assert (one.ci_low, one.ci_high) == (0.0, 1.0)  # one row: nothing known beyond [0, 1]
+    # a DR mean above 1 (a right answer at propensity 0.2 over a head that said 0.3): 3.8 on every row
+    above = BanditRows(np.ones((50, 1)), np.zeros(50, dtype=int), np.full(50, 0.2))
+    est = above.estimate(np.zeros(50, dtype=int), np.full((50, 1), 0.3))
+    assert est.dr == pytest.approx(3.8) and (est.ci_low, est.ci_high) == (1.0, 1.0)  # never an inverted interval
+    empty = BanditRows(np.ones((0, 1)), np.zeros(0, dtype=int), np.ones(0)).estimate(np.zeros(0, dtype=int), np.ones((0, 1)))
+    assert np.isnan(empty.ci_low) and np.isnan(empty.ci_high)  # no rows: no interval, as no mean
 
 
 def test_full_information_rows_observe_the_choice_without_a_propensity():

@@ -208,9 +208,10 @@ def test_simulate_log_refuses_a_non_empty_out_and_force_replaces_the_simulated_f
     done = proteus(*common, "--seed", "2")
     assert done.returncode == 2 and f"--out {out} is not empty" in done.stderr and "--force" in done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(first + ["notes.txt"])  # nothing written
+    assert ".proteus-simulate-log" in first  # the folder says who wrote it
     done = proteus(*common, "--seed", "2", "--force")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["deleted_files"] == len(first)
+    assert json.loads(done.stdout)["deleted_files"] == len(first) - 1  # its JSONL files; the marker is rewritten
     assert (out / "notes.txt").read_text() == "kept"  # only the files simulate-log writes are deleted
     records = [json.loads(line) for p in out.glob("decisions-*.jsonl") for line in p.read_text().splitlines()]
     decisions = [r for r in records if r["type"] == "decision"]
@@ -223,6 +224,9 @@ def test_simulate_log_refuses_a_non_empty_out_before_reading_the_data(tmp_path, 
     (tmp_path / "decisions-20260101T000000-1-0.jsonl").write_text("{}\n")
     argv = ["simulate-log", "--data", str(tmp_path / "missing.csv"), "--tiers", "a=0.8", "--out", str(tmp_path)]
     assert main(argv) == 2 and f"--out {tmp_path} is not empty (1 decision-log / shadow files, 0 other entries)" in capsys.readouterr().err
+    # --force on a folder simulate-log did not write (a proxy's own log): refused, nothing deleted
+    assert main(argv + ["--force"]) == 2 and "deletes only a folder simulate-log wrote" in capsys.readouterr().err
+    assert (tmp_path / "decisions-20260101T000000-1-0.jsonl").read_text() == "{}\n"
     (tmp_path / "file").write_text("x")
     assert main(["simulate-log", "--data", "d", "--tiers", "a=0.8", "--out", str(tmp_path / "file")]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
