@@ -36,6 +36,13 @@ def write_log(directory, n=6):
     (directory / "decisions-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
+@pytest.fixture(autouse=True)
+def judge_models_unpriced(monkeypatch):
+    """LiteLLM keeps the prices a Router registered in earlier tests (a judge group of the shadow
+    tests is ``openai/judge``): these tests price the judge models themselves."""
+    monkeypatch.setattr(litellm, "model_cost", {k: v for k, v in litellm.model_cost.items() if "judge" not in k})
+
+
 def args_for(log, **overrides):
     values = dict(log=str(log), judge_model="openai/judge", api_base=BASE, api_key_env="PROTEUS_TEST_JUDGE_KEY",
                   sample=1.0, budget_usd=None, seed=0, max_tokens=50)
