@@ -132,6 +132,13 @@ class FeedbackDesk:
             while len(self._decisions) > self.settings.index_size:
                 self._decisions.popitem(last=False)
 
+    def forget(self, decision: dict[str, Any]) -> None:
+        """Forget ``decision`` (this very record: a retry's later decision under the same call id
+        stays): the log did not keep it, so it takes no feedback here either."""
+        with self._lock:
+            if self._decisions.get(decision["call_id"]) is decision:
+                del self._decisions[decision["call_id"]]
+
     def lookup(self, call_id: str) -> dict[str, Any] | None:
         with self._lock:
             decision = self._decisions.get(call_id)
