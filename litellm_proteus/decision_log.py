@@ -267,7 +267,8 @@ class RotatingJsonl:
         for line in lines:
             data = line.encode("utf-8")
             if len(data) > self.max_bytes:
-                failed, error = failed + 1, OSError(errno.EFBIG, f"a line of {len(data)} bytes is over max_bytes ({self.max_bytes})")
+                too_long = f"a line of {len(data)} bytes is over max_bytes ({self.max_bytes})"
+                failed, error = failed + 1, OSError(errno.EFBIG, too_long)
                 continue
             try:
                 self._sync_size()

@@ -113,8 +113,11 @@ def test_a_decision_the_writer_cannot_log_takes_no_feedback(steerable_artifact, 
     args = {"artifact": str(steerable_artifact), "tiers": {"standard": 0.85}, "decision_log": {"dir": str(directory)}}
     router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
     fit_line = decision_log.fit_line
-    too_large = lambda record, max_bytes: (  # noqa: E731  (as a decision over max_bytes even without its text)
-        (None, record) if record.get("call_id") == "unlogged-call" and record["type"] == "decision" else fit_line(record, max_bytes))
+    def too_large(record, max_bytes):  # as a decision over max_bytes even without its text
+        if record.get("call_id") == "unlogged-call" and record["type"] == "decision":
+            return None, record
+        return fit_line(record, max_bytes)
+
     monkeypatch.setattr(decision_log, "fit_line", too_large)
     from litellm_proteus.router_strategy.patch import active_strategy
 
