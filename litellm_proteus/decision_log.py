@@ -28,7 +28,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -166,13 +166,16 @@ TEXT_FIELDS = ("prompt", "response")  # the bulky fields a record over max_bytes
 
 def fit_line(record: dict[str, Any], max_bytes: int) -> tuple[str | None, dict[str, Any]]:
     """``(line, record)``: the record as one JSON line of at most ``max_bytes`` bytes.  A record too
-    large keeps the head of its ``prompt`` / ``response`` text that fits, marked ``<field>_truncated:
-    true`` (``prompt_sha256`` stays the hash of the whole prompt); ``(None, record)`` when even empty
-    text fields do not fit.  Lines are ASCII (``json.dumps`` escapes the rest), so characters are bytes."""
+    large keeps the head of its ``prompt`` / ``response`` text that fits (the shorter field first, so
+    it stays whole when it can); each field that was cut is marked ``<field>_truncated: true`` and
+    only those (``prompt_sha256`` stays the hash of the whole prompt); ``(None, record)`` when even
+    empty text fields do not fit.  Lines are ASCII (``json.dumps`` escapes the rest), so characters are
+    bytes.  TypeError / ValueError for a record JSON cannot hold."""
     line = json.dumps(record, separators=(",", ":")) + "\n"
     if len(line) <= max_bytes:
         return line, record
-    fields = [f for f in TEXT_FIELDS if isinstance(record.get(f), str) and record[f]]
+    fields = sorted((f for f in TEXT_FIELDS if isinstance(record.get(f), str) and record[f]),
+                    key=lambda f: _escaped_len(record[f]))
     if not fields:
         return None, record
     bare = {**record, **{f: "" for f in fields}, **{f"{f}_truncated": True for f in fields}}
@@ -184,6 +187,8 @@ def fit_line(record: dict[str, Any], max_bytes: int) -> tuple[str | None, dict[s
         share = room // (len(fields) - i)
         fitted[field] = _head(record[field], share)
         room -= _escaped_len(fitted[field])
+        if fitted[field] == record[field]:  # it fit whole: not marked (the line only gets shorter)
+            del fitted[f"{field}_truncated"]
     line = json.dumps(fitted, separators=(",", ":")) + "\n"
     return line, fitted
 
@@ -210,8 +215,14 @@ class RotatingJsonl:
     names the stream: ``decisions-`` for the decision log, ``shadow-`` for shadow rows.
 
     Lines are written whole or not at all: one unbuffered write per line, and a write that fails
-    (``OSError``: a full disk) cuts the file back to its last whole line, or, when that fails too,
-    leaves the file and starts a new one with the next line.  A line over ``max_bytes`` is refused."""
+    (``OSError``: a full disk) cuts the file back to where the line started (the file's real end,
+    read with ``fstat`` before each line, so a file emptied under the writer, as logrotate's
+    ``copytruncate`` does, is cut back to its new end), or, when that fails too, leaves the file and
+    starts a new one with the next line.  A line over ``max_bytes`` is refused.
+
+    A file deleted while open (its folder removed) is noticed when the writer leaves it (a rotation)
+    and at the end of each ``write_lines``: the lines that call put into it are written again into a
+    new file (the folder made again), once; lines of earlier calls are lost with the file."""
 
     def __init__(self, directory: str | Path, max_bytes: int, max_files: int, prefix: str = FILE_PREFIX):
         self.directory = Path(directory)
@@ -240,11 +251,53 @@ class RotatingJsonl:
     def write(self, line: str) -> bool:
         """Append one whole line; False (nothing written) for a line over ``max_bytes``; OSError
         when the file write fails (nothing of the line stays in the file)."""
-        data = line.encode("utf-8")
-        if len(data) > self.max_bytes:
+        if len(line.encode("utf-8")) > self.max_bytes:
             return False
-        if self._handle is None or (self._size and self._size + len(data) > self.max_bytes):
-            self._open_next()
+        failed, error = self.write_lines([line])
+        if failed:
+            raise error if error is not None else OSError(errno.EIO, "the line was not written")
+        return True
+
+    def write_lines(self, lines: Sequence[str]) -> tuple[int, OSError | None]:
+        """Append the lines, each whole or not at all: ``(lines not written, the last error)``.  A
+        line over ``max_bytes``, a failed write (a full disk) and a line in a file deleted while
+        written and deleted again when written anew each count as one."""
+        failed, error = 0, None
+        segment: list[bytes] = []  # this call's lines in the current file
+        for line in lines:
+            data = line.encode("utf-8")
+            if len(data) > self.max_bytes:
+                too_long = f"a line of {len(data)} bytes is over max_bytes ({self.max_bytes})"
+                failed, error = failed + 1, OSError(errno.EFBIG, too_long)
+                continue
+            try:
+                self._sync_size()
+                if self._rotates(len(data)):
+                    segment, lost, lost_error = self._keep(segment)  # before leaving the file: was it deleted?
+                    failed, error = failed + lost, lost_error or error
+                    if self._rotates(len(data)):
+                        self._open_next()
+                        segment = []
+                self._put(data)
+                segment.append(data)
+            except OSError as exc:  # a full disk must not stop the writer: later lines may fit
+                failed, error = failed + 1, exc
+        _, lost, lost_error = self._keep(segment)
+        return failed + lost, lost_error or error
+
+    def _sync_size(self) -> None:
+        """The current file's real size: it may have been truncated (or appended to) under the writer."""
+        if self._handle is not None:
+            try:
+                self._size = os.fstat(self._handle.fileno()).st_size
+            except OSError:
+                pass
+
+    def _rotates(self, n: int) -> bool:
+        return self._handle is None or bool(self._size and self._size + n > self.max_bytes)
+
+    def _put(self, data: bytes) -> None:
+        """One line at the file's end (``_size``, synced), or OSError with the file cut back."""
         start, view = self._size, memoryview(data)
         try:
             while view:
@@ -255,8 +308,33 @@ class RotatingJsonl:
         except OSError:
             self._cut_back(start)
             raise
-        self._size += len(data)
-        return True
+        self._size = start + len(data)
+
+    def _keep(self, segment: list[bytes]) -> tuple[list[bytes], int, OSError | None]:
+        """When the current file was deleted: ``segment`` (the lines this call put into it) written
+        again into a new file, once.  ``(the lines now in the current file, lines lost, error)``."""
+        if not self.removed():
+            return segment, 0, None
+        self.reopen()
+        if not segment:
+            return [], 0, None
+        kept: list[bytes] = []
+        failed, error = 0, None
+        try:
+            self._open_next()
+        except OSError as exc:
+            return [], len(segment), exc
+        for data in segment:  # they fit one file: they were in one
+            try:
+                self._sync_size()
+                self._put(data)
+                kept.append(data)
+            except OSError as exc:
+                failed, error = failed + 1, exc
+        if self.removed():  # deleted again: given up
+            self.reopen()
+            return [], len(segment), OSError(errno.ENOENT, f"{self.directory}: the file was deleted while written, twice")
+        return kept, failed, error
 
     def _cut_back(self, size: int) -> None:
         try:
@@ -266,7 +344,7 @@ class RotatingJsonl:
 
     def removed(self) -> bool:
         """Whether the current file was deleted (or its folder removed) while open: what is written
-        to it is lost, so the caller writes it again (``reopen``)."""
+        to it is lost."""
         if self._handle is None:
             return False
         try:
@@ -299,7 +377,11 @@ class DecisionLogWriter:
     ``dropped`` counts the records that did not reach the log's file: a full queue, a failed file
     write (a full disk), a record over ``max_bytes`` even without its text; ``truncated`` the records
     written with their ``prompt`` / ``response`` cut to fit ``max_bytes``.  A failed file write does not
-    keep a record from Redis."""
+    keep a record from Redis.  A record JSON cannot hold is dropped alone (counted).
+
+    ``on_unlogged``: called on the writer thread with each decision record that reaches neither the
+    file nor Redis (over ``max_bytes`` even without its text, or not serialisable), so the feedback
+    desk that remembered it forgets it (``FeedbackDesk.forget``)."""
 
     def __init__(self, settings: DecisionLogSettings, redis_client: Any = None, retry_after_s: float = 1.0):
         self.settings = settings
@@ -311,6 +393,7 @@ class DecisionLogWriter:
         self.redis_skipped = 0
         self._counts_lock = threading.Lock()
         self._redis_down_until = 0.0
+        self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
         self._warnings = RateLimitedWarnings(logger, 30.0)
         self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self._thread = threading.Thread(target=self._run, name="proteus-decision-log", daemon=True)
@@ -377,11 +460,19 @@ class DecisionLogWriter:
     def _write(self, records: list[dict[str, Any]]) -> None:
         if not records:
             return
-        lines: list[str | None] = []
-        too_large = 0
+        written: list[tuple[dict[str, Any], str]] = []  # what goes to the file and Redis
+        too_large, unserialisable = 0, 0
         for record in records:
+            try:
+                line, fitted = (fit_line(record, self.files.max_bytes) if self.files is not None
+                                else (json.dumps(record, separators=(",", ":")) + "\n", record))
+            except (TypeError, ValueError, RecursionError) as exc:  # one bad record: only it is lost
+                unserialisable += 1
+                self._unlogged(record)
+                self._warnings.warn("unserialisable", "PROTEUS decision log: a %s record cannot be written as JSON "
+                                    "(dropped, counted): %s", record.get("type"), exc)
+                continue
             if self.files is not None:
-                line, fitted = fit_line(record, self.files.max_bytes)
                 if line is not None and fitted is not record:
                     with self._counts_lock:
                         self.truncated += 1
@@ -390,36 +481,31 @@ class DecisionLogWriter:
                                         "is written with its text cut (counted)", record.get("type"), self.files.max_bytes)
                 elif line is None:
                     too_large += 1
-            else:
-                line = json.dumps(record, separators=(",", ":")) + "\n"
-            lines.append(line)
+                    self._unlogged(record)  # not in the file, not in Redis: no feedback for it anywhere
+            if line is not None:
+                written.append((record, line))
+        self._drop(too_large + unserialisable)
         if too_large:
-            self._drop(too_large)
             self._warnings.warn("too_large", "PROTEUS decision log: %d records over max_bytes (%d) even without "
                                 "their text: dropped (counted)", too_large, self.files.max_bytes)
         if self.files is not None:
-            self._write_files([line for line in lines if line is not None])
+            self._write_files([line for _, line in written])
         if self.redis is not None:  # a record the file could not take still reaches Redis
-            self._write_redis([(record, line) for record, line in zip(records, lines) if line is not None])
+            self._write_redis(written)
+
+    def _unlogged(self, record: Any) -> None:
+        if self.on_unlogged is not None and isinstance(record, dict) and record.get("type") == "decision":
+            try:
+                self.on_unlogged(record)
+            except Exception as exc:
+                self._warnings.warn("unlogged", "PROTEUS decision log: on_unlogged failed: %s", exc)
 
     def _write_files(self, lines: list[str]) -> None:
-        failed, error = self._write_lines(lines)
-        if self.files.removed():  # the file went away under the writer: this batch again, in a new file
-            self.files.reopen()
-            failed, error = self._write_lines(lines)
+        failed, error = self.files.write_lines(lines)  # a file deleted under the writer: its lines again, in a new one
         if failed:
             self._drop(failed)
             self._warnings.warn("write", "PROTEUS decision log: %d of %d records not written to %s (dropped, "
                                 "counted): %s", failed, len(lines), self.files.directory, error)
-
-    def _write_lines(self, lines: list[str]) -> tuple[int, OSError | None]:
-        failed, error = 0, None
-        for line in lines:
-            try:
-                self.files.write(line)
-            except OSError as exc:  # a full disk must not stop the writer: later records may fit
-                failed, error = failed + 1, exc
-        return failed, error
 
     def _write_redis(self, records: list[tuple[dict[str, Any], str]]) -> None:
         if not records:

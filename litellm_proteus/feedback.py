@@ -132,6 +132,13 @@ class FeedbackDesk:
             while len(self._decisions) > self.settings.index_size:
                 self._decisions.popitem(last=False)
 
+    def forget(self, decision: dict[str, Any]) -> None:
+        """Forget ``decision`` (this very record: a retry's later decision under the same call id
+        stays): the log did not keep it, so it takes no feedback here either."""
+        with self._lock:
+            if self._decisions.get(decision["call_id"]) is decision:
+                del self._decisions[decision["call_id"]]
+
     def lookup(self, call_id: str) -> dict[str, Any] | None:
         with self._lock:
             decision = self._decisions.get(call_id)
@@ -229,7 +236,9 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
 
 def _post_feedback(url: str, body: dict[str, Any], api_key: str | None, timeout_s: float) -> dict[str, Any]:
     """POST ``body`` to ``<url>/proteus/feedback``; the proxy's answer, or FeedbackError: the proxy's
-    refusal with its status, a URL without http(s):// (400), no answer (connection refused, timeout: 503)."""
+    refusal with its status, a URL without http(s):// or one that is malformed (a bad port, an empty
+    or over-long host name: 400), no answer (connection refused, timeout: 503), an HTTP 200 answer
+    that is not a JSON object (502: not a PROTEUS proxy's answer)."""
     import httpx
 
     if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
@@ -239,12 +248,21 @@ def _post_feedback(url: str, body: dict[str, Any], api_key: str | None, timeout_
         response = httpx.post(
             target, json=body, headers={"Authorization": f"Bearer {api_key}"} if api_key else {}, timeout=timeout_s
         )
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError) as exc:  # UnicodeError: a host label over 63 characters
+        raise FeedbackError(f"proxy URL {_shown(url)} is malformed ({type(exc).__name__}: {exc}); e.g. http://127.0.0.1:4000",
+                            400) from exc
+    except httpx.HTTPError as exc:
         raise FeedbackError(f"cannot reach the proxy at {target}: {type(exc).__name__}: {exc or 'no answer'}", 503) from exc
     try:
         answer = response.json()
     except ValueError:
+        if response.status_code == 200:
+            raise FeedbackError(f"the answer from {target} (HTTP 200) is not JSON, so not a PROTEUS proxy's: "
+                                f"{_shown(response.text[:200], 200)}; pass the proxy's base URL", 502) from None
         answer = {"error": {"message": response.text[:500]}}
+    if response.status_code == 200 and not isinstance(answer, dict):
+        raise FeedbackError(f"the answer from {target} (HTTP 200) is not a JSON object, so not a PROTEUS proxy's: "
+                            f"{_shown(answer, 200)}", 502)
     if response.status_code != 200:
         error = answer.get("error") if isinstance(answer, dict) else None
         message = error.get("message") if isinstance(error, dict) else None

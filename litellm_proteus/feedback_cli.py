@@ -4,7 +4,8 @@
 ``$LITELLM_API_KEY``, else ``$LITELLM_MASTER_KEY``): the controller sees it and the proxy logs it.  ``--log DIR`` appends it to a
 decision log folder offline (for training and ``proteus compliance``).  Refusals (unknown call id,
 score outside [0, 1], duplicate, late) and a ``--url`` that is not a proxy's base URL (no ``http://``
-or ``https://``, nothing answering, no feedback route there) end with ``error: ...`` and exit status 2.
+or ``https://``, malformed, nothing answering, no feedback route there, an answer that is not JSON) end
+with ``error: ...`` and exit status 2.
 """
 
 from __future__ import annotations

@@ -282,7 +282,8 @@ class ShadowEvaluator:
         return cost
 
     def _write(self, row: dict[str, Any]) -> bool:
-        """Append the row (whole or not at all); False for a row over ``max_bytes``."""
+        """Append the row (whole or not at all); False for a row over ``max_bytes``.  A folder removed
+        under the writer is made again and the row written into a new file (``RotatingJsonl.write_lines``)."""
         with self._write_lock:
             return self.files.write(json.dumps(row, separators=(",", ":")) + "\n")
 

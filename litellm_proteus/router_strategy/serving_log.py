@@ -1,7 +1,8 @@
 """What the strategy and the proxy hook write to the decision log, and the per-process writer.
 
 - ``log_routed``: after a PROTEUS pick, the ``decision`` record (queued; the in-memory feedback
-  index learns it at once when the queue took it, the compliance gauges at once);
+  index learns it at once and forgets it when the queue or the writer drops it, the compliance
+  gauges at once);
 - ``log_outcome``: from LiteLLM's success/failure callbacks, the ``outcome`` record of a call
   PROTEUS routed (``response_cost``, latency, error);
 - shadow evaluation (``litellm_proteus/shadow.py``): ``log_routed`` samples the request and
@@ -72,7 +73,9 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
         if key not in _logs:
             client, retry = _redis(config)
             writer = DecisionLogWriter(settings, client, retry_after_s=retry)
-            _logs[key] = (writer, FeedbackDesk(settings, writer.submit, client))
+            desk = FeedbackDesk(settings, writer.submit, client)
+            writer.on_unlogged = desk.forget  # a decision the writer could not log takes no feedback
+            _logs[key] = (writer, desk)
         return _logs[key]
 
 
@@ -126,8 +129,11 @@ def log_routed(
         artifact=strategy.engine.manifest.weights_sha256,
         log_prompt=strategy.config.decision_log.log_prompts,
     )
-    if strategy.decision_log.submit(record):  # a dropped decision takes no feedback (it would have no decision in the log)
-        strategy.feedback_desk.remember(record)
+    # Remembered before it is queued, so the writer's forget (a record it cannot log) always comes after;
+    # a dropped decision takes no feedback (it would have no decision in the log).
+    strategy.feedback_desk.remember(record)
+    if not strategy.decision_log.submit(record):
+        strategy.feedback_desk.forget(record)
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):

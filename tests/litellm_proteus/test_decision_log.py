@@ -246,23 +246,135 @@ def test_a_full_disk_counts_every_record_it_loses_leaves_no_torn_line_and_redis_
     disk.free = 10**9  # space again: the next records are written after the last whole line
     writer.submit(make_decision("after"))
     assert writer.flush()
-    writer.close()
     assert [r["call_id"] for r in iter_records(tmp_path / "log")] == written + ["after"]
     assert writer.dropped == 200 - len(written)
+    current = log_files(tmp_path / "log")[-1]
+    os.truncate(current, 0)  # logrotate's copytruncate empties the file under the writer
+    writer.submit(make_decision("after-truncation"))
+    assert writer.flush()
+    disk.free = 100  # the disk fills up during the next line
+    writer.submit(make_decision("lost"))
+    assert writer.flush()
+    writer.close()
+    data = current.read_bytes()
+    assert b"\0" not in data  # cut back to the file's real end, not the size the writer had counted
+    assert [json.loads(line)["call_id"] for line in data.decode().splitlines()] == ["after-truncation"]
+    assert writer.dropped == 200 - len(written) + 1
 
 
 def test_a_log_folder_removed_while_the_writer_runs_is_made_again_and_loses_nothing(tmp_path):
-    writer = DecisionLogWriter(settings(tmp_path))
-    for i in range(10):
+    writer = DecisionLogWriter(settings(tmp_path, max_bytes=4096))  # ~540-byte lines: 7 a file
+    for i in range(3):
         writer.submit(make_decision(f"before-{i}"))
     assert writer.flush()
     shutil.rmtree(tmp_path / "log")
-    for i in range(10):
+    for i in range(3):
         writer.submit(make_decision(f"after-{i}"))
     assert writer.flush()
+    shutil.rmtree(tmp_path / "log")
+    # one batch (as the writer thread drains it; the thread waits on the empty queue) that fills the
+    # removed file's last 4 places, then crosses into new files
+    writer._write([make_decision(f"batch-{i}") for i in range(20)])
+    assert writer.flush()
     writer.close()
-    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == [f"after-{i}" for i in range(10)]
+    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == [f"batch-{i}" for i in range(20)]
+    assert len(log_files(tmp_path / "log")) >= 3
     assert writer.dropped == 0
+
+
+def test_a_file_deleted_after_a_rotation_inside_a_batch_gets_only_its_own_lines_again(tmp_path, monkeypatch):
+    def open_and_delete_the_second(path, mode="r", *args, **kwargs):
+        handle = open(path, mode, *args, **kwargs)
+        if str(path).endswith("-1.jsonl"):
+            os.unlink(path)  # deleted under the writer right away: its lines go to no file
+        return handle
+
+    monkeypatch.setattr(decision_log, "open", open_and_delete_the_second, raising=False)
+    writer = DecisionLogWriter(settings(tmp_path, max_bytes=4096))
+    writer._write([make_decision(f"batch-{i}") for i in range(12)])  # file -0 holds 7, file -1 (deleted) the rest
+    assert writer.flush()
+    writer.close()
+    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == [f"batch-{i}" for i in range(12)]  # none twice
+    assert [f.name.rsplit("-", 1)[1] for f in log_files(tmp_path / "log")] == ["0.jsonl", "2.jsonl"]
+    assert writer.dropped == 0
+
+
+def test_a_file_deleted_twice_while_written_counts_its_lines_as_dropped(tmp_path, monkeypatch):
+    def open_and_delete(path, mode="r", *args, **kwargs):
+        handle = open(path, mode, *args, **kwargs)
+        if not str(path).endswith("-0.jsonl"):
+            os.unlink(path)
+        return handle
+
+    monkeypatch.setattr(decision_log, "open", open_and_delete, raising=False)
+    files = RotatingJsonl(tmp_path, 4096, 10)
+    lines = [json.dumps({"n": i, "pad": "x" * 500}) + "\n" for i in range(10)]  # 7 a file
+    failed, error = files.write_lines(lines)
+    files.close()
+    assert (failed, error.errno) == (3, errno.ENOENT)  # the last 3: in file -1, again in file -2, both deleted
+    assert [json.loads(line)["n"] for path in tmp_path.glob("*.jsonl") for line in path.read_text().splitlines()] \
+        == list(range(7))
+
+
+def test_a_record_that_is_not_json_is_dropped_alone_and_counted(tmp_path, monkeypatch, caplog):
+    import threading
+
+    writer = DecisionLogWriter(settings(tmp_path))
+    gate = threading.Event()  # the writer thread waits in its first file write: the next records form one batch
+    write_files = writer._write_files
+    monkeypatch.setattr(writer, "_write_files", lambda lines: gate.wait(30) and write_files(lines))
+    writer.submit(make_decision("first"))
+    assert wait_until(lambda: writer._queue.qsize() == 0)
+    bad = make_decision("bad")
+    bad["candidates"] = {object()}  # not JSON
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.decision_log"):
+        for record in (make_decision("good-1"), bad, make_decision("good-2")):
+            assert writer.submit(record)
+        assert writer._queue.qsize() == 3
+        gate.set()
+        assert writer.flush()
+    writer.close()
+    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == ["first", "good-1", "good-2"]
+    assert writer.dropped == 1
+    assert "cannot be written as JSON" in caplog.text
+
+
+def test_a_decision_too_large_to_log_is_forgotten_by_the_feedback_desk(tmp_path):
+    from litellm_proteus.feedback import FeedbackDesk, FeedbackError
+
+    writer = DecisionLogWriter(settings(tmp_path, max_bytes=4096))
+    desk = FeedbackDesk(writer.settings, writer.submit)
+    writer.on_unlogged = desk.forget
+    huge = make_decision("huge")
+    huge["candidates"] = huge["candidates"] * 100  # over max_bytes without any text
+    fine = make_decision("fine")
+    for record in (huge, fine):
+        desk.remember(record)
+        assert writer.submit(record)
+    assert writer.flush()
+    with pytest.raises(FeedbackError) as info:
+        desk.accept("huge", 1.0)
+    assert info.value.status == 404
+    assert desk.accept("fine", 1.0) is fine
+    retried = make_decision("huge")  # a retry's decision under the same call id, remembered before the first is forgotten
+    desk.remember(retried)
+    desk.forget(huge)
+    assert desk.lookup("huge") is retried
+    writer.close()
+
+
+def test_only_the_text_field_that_was_cut_is_marked_truncated():
+    short_prompt = {**make_decision("both"), "prompt": "What is 2+2?", "response": "y" * 10_000}
+    line, fitted = decision_log.fit_line(short_prompt, 4096)
+    assert len(line) <= 4096 and fitted["prompt"] == "What is 2+2?" and "prompt_truncated" not in fitted
+    assert fitted["response_truncated"] is True and 2000 < len(fitted["response"]) < 4096
+    short_response = {**make_decision("both"), "prompt": "p" * 10_000, "response": "42"}
+    line, fitted = decision_log.fit_line(short_response, 4096)
+    assert len(line) <= 4096 and fitted["response"] == "42" and "response_truncated" not in json.loads(line)
+    assert fitted["prompt_truncated"] is True and 2000 < len(fitted["prompt"]) < 4096
+    both_long = {**make_decision("both"), "prompt": "p" * 10_000, "response": "r" * 10_000}
+    line, fitted = decision_log.fit_line(both_long, 4096)
+    assert len(line) <= 4096 and fitted["prompt_truncated"] is True and fitted["response_truncated"] is True
 
 
 def test_a_record_over_max_bytes_keeps_the_head_of_its_text_marked_and_counted_or_is_dropped(tmp_path):

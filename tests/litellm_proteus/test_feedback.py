@@ -174,3 +174,49 @@ def test_the_cli_says_error_and_exits_2_when_the_proxy_url_is_wrong(capsys, not_
         assert error.startswith("error: ") and message in error and "Traceback" not in error
     with pytest.raises(FeedbackError, match="needs http:// or https://"):
         send_feedback("some-call", 1.0, url="localhost:4000")
+
+
+@pytest.fixture
+def html_ok_server():
+    """A real HTTP server that answers every POST with HTTP 200 and an HTML page (not a PROTEUS proxy)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b"<html><body>LiteLLM UI</body></html>" if self.path.endswith("/feedback") else b"[1, 2]"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_malformed_proxy_url_is_a_400_naming_it():
+    for url in ("http://" + "a" * 64 + ".example.com:4000",  # a host name label over 63 characters
+                "http://127.0.0.1:port", "http://[::1", "http://:4000"):
+        with pytest.raises(FeedbackError) as info:
+            send_feedback("some-call", 1.0, url=url, timeout_s=2.0)
+        assert info.value.status == 400, url
+        assert "malformed" in str(info.value) and url[:20] in str(info.value)
+
+
+def test_an_http_200_answer_that_is_not_a_json_object_is_an_error(html_ok_server, monkeypatch):
+    with pytest.raises(FeedbackError) as info:
+        send_feedback("some-call", 1.0, url=html_ok_server, timeout_s=5.0)
+    assert info.value.status == 502 and "is not JSON" in str(info.value) and "LiteLLM UI" in str(info.value)
+    from litellm_proteus import feedback
+
+    monkeypatch.setattr(feedback, "FEEDBACK_ROUTE", "/other")  # the server answers a JSON list there
+    with pytest.raises(FeedbackError) as info:
+        send_feedback("some-call", 1.0, url=html_ok_server, timeout_s=5.0)
+    assert info.value.status == 502 and "not a JSON object" in str(info.value)

@@ -300,3 +300,21 @@ def test_a_shadow_call_that_times_out_is_charged_its_estimate(tmp_path, monkeypa
     shadow = evaluator(tmp_path, timeout_s=0.3)
     assert run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP]), 1, slow_upstream)[0]["B"] is None
     assert shadow.budget.spent() == pytest.approx(SHADOW_CALL_USD + JUDGE_CALL_USD)  # the estimate + the served answer's judge
+
+
+def test_a_shadow_log_folder_removed_while_rows_are_written_is_made_again(tmp_path):
+    import json
+    import shutil
+
+    from litellm_proteus.shadow_rows import SHADOW_PREFIX
+
+    directory = tmp_path / "log"
+    shadow = ShadowEvaluator(ShadowSettings(**ON), str(directory), 1 << 20, 10, DailyBudget(1.0))
+    assert shadow._write({"call_id": "before"})
+    shutil.rmtree(directory)
+    assert shadow._write({"call_id": "after-0"})  # into the same (deleted) file: no rotation
+    assert shadow._write({"call_id": "after-1"})
+    shadow.files.close()
+    rows = [json.loads(line)["call_id"] for path in sorted(directory.glob(f"{SHADOW_PREFIX}*.jsonl"))
+            for line in path.read_text().splitlines()]
+    assert rows == ["after-0", "after-1"]

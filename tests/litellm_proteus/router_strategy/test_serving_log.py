@@ -88,8 +88,8 @@ def test_a_decision_the_full_queue_dropped_takes_no_feedback(steerable_artifact,
     router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
     writer = active_strategy().decision_log
     disk_free = threading.Event()  # a stalled disk: the writer thread waits in its first file write
-    write = writer.files.write
-    monkeypatch.setattr(writer.files, "write", lambda line: disk_free.wait(30) and write(line))
+    write_files = writer._write_files
+    monkeypatch.setattr(writer, "_write_files", lambda lines: disk_free.wait(30) and write_files(lines))
     assert writer.submit({"type": "filler"}) is True  # taken by the writer thread, which then stalls
     assert wait_for(lambda: writer._queue.qsize() == 0)
     assert writer.submit({"type": "filler"}) is True  # the queue (1) is full now
@@ -104,6 +104,35 @@ def test_a_decision_the_full_queue_dropped_takes_no_feedback(steerable_artifact,
     assert info.value.status == 404 and "unknown call_id 'dropped-call'" in str(info.value)
     assert writer.flush()
     assert [r for r in iter_records(directory) if r["call_id"] == "dropped-call"] == []
+
+
+def test_a_decision_the_writer_cannot_log_takes_no_feedback(steerable_artifact, tmp_path, upstream, monkeypatch):  # noqa: F811
+    from litellm_proteus import decision_log
+
+    directory = tmp_path / "log"
+    args = {"artifact": str(steerable_artifact), "tiers": {"standard": 0.85}, "decision_log": {"dir": str(directory)}}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    fit_line = decision_log.fit_line
+    def too_large(record, max_bytes):  # as a decision over max_bytes even without its text
+        if record.get("call_id") == "unlogged-call" and record["type"] == "decision":
+            return None, record
+        return fit_line(record, max_bytes)
+
+    monkeypatch.setattr(decision_log, "fit_line", too_large)
+    from litellm_proteus.router_strategy.patch import active_strategy
+
+    writer = active_strategy().decision_log
+    dropped = writer.dropped
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, litellm_call_id="unlogged-call"))
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, litellm_call_id="logged-call"))
+    assert writer.flush()
+    assert writer.dropped == dropped + 1
+    with pytest.raises(FeedbackError) as info:
+        send_feedback("unlogged-call", 1.0)
+    assert info.value.status == 404 and "unknown call_id 'unlogged-call'" in str(info.value)
+    assert send_feedback("logged-call", 1.0)["call_id"] == "logged-call"
+    assert writer.flush()
+    assert [r["type"] for r in iter_records(directory) if r["call_id"] == "unlogged-call" and r["type"] != "outcome"] == []
 
 
 def test_a_feedback_body_nested_too_deep_for_the_json_parser_is_a_400():
