@@ -223,9 +223,13 @@ class LocalBackend:
         self._residuals: dict[str, ResidualWindow] = {}  # per-deployment feedback residuals (deployment_residuals.py)
         self._lock = threading.Lock()
 
+    def _get(self, key: str) -> WindowState:  # with the lock held
+        return self._states.setdefault(key, WindowState())
+
     def state(self, key: str) -> WindowState:
+        """``key``'s sums, delta and flag as of one moment (a copy; the entry deques are shared)."""
         with self._lock:
-            return self._states.setdefault(key, WindowState())
+            return replace(self._get(key))
 
     def continue_from(self, key: str, shared: WindowState) -> None:
         """Replace ``key``'s state by one that goes on from ``shared`` (the last read from Redis)."""
@@ -233,12 +237,15 @@ class LocalBackend:
             self._states[key] = shared.continued()
 
     def read(self, key: str) -> tuple[float, bool]:
-        state = self.state(key)
-        return state.delta, state.infeasible
-
-    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> None:
-        state = self.state(key)
         with self._lock:
+            state = self._get(key)
+            return state.delta, state.infeasible
+
+    # decision and feedback fetch the state and update it under one hold of the lock: a state that
+    # continue_from replaces on another thread is never updated after it has been replaced
+    def decision(self, key: str, tau: float, p: float, p_best: float, free_margin: float) -> None:
+        with self._lock:
+            state = self._get(key)
             state.decisions.append((p, p_best))
             state.n += 1
             state.sum_p += p
@@ -258,8 +265,8 @@ class LocalBackend:
             update_delta(state, tau, self.s, self.margin, free_margin)
 
     def feedback(self, key: str, p: float, y: float) -> None:
-        state = self.state(key)
         with self._lock:
+            state = self._get(key)
             state.labels.append((p, y))
             state.n_labels += 1
             state.sum_res += y - p
@@ -321,10 +328,22 @@ else
   -- and running sums drift.  A re-sum walks at most `chunk` entries per call: p2_left counts the
   -- oldest entries not yet walked, p2_scan holds the p^2 of every entry right of them (walked, or
   -- pushed since); when p2_left reaches 0, p2_scan is the window's sum and replaces sum_p2.
+  -- p2_len and p2_mark are the list's length and p2_age this script left: the walk goes on only
+  -- while both are as it left them.  Anything else that changed the list -- an older worker's
+  -- decision (it moves p2_age: +1, or to 0 with its own full re-sum) or a deleted or trimmed list --
+  -- ends the walk without writing it, and the usual rule starts another where one is due.  A walk
+  -- keeps p2_age at window or more, so an older worker's next decision re-sums in full.
   local has = redis.call('HEXISTS', h, 'sum_p2') == 1
   local age = redis.call('HINCRBY', h, 'p2_age', 1)
   local left, scan = tonumber(redis.call('HGET', h, 'p2_left') or '-1'), num('p2_scan')
-  if left < 0 and (not has or age >= window) then left, scan = redis.call('LLEN', dl), 0 end
+  if left >= 0 and (redis.call('LLEN', dl) ~= num('p2_len') or age ~= num('p2_mark') + 1) then
+    left, scan = -1, 0
+    redis.call('HDEL', h, 'p2_left', 'p2_scan', 'p2_len', 'p2_mark')
+  end
+  if left < 0 and (not has or age >= window) then
+    left, scan = redis.call('LLEN', dl), 0
+    if age < window then age = window; redis.call('HSET', h, 'p2_age', age) end
+  end
   redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_p', p)
   redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
@@ -347,9 +366,9 @@ else
     end
     if left == 0 then
       redis.call('HSET', h, 'sum_p2', string.format('%.17g', scan), 'p2_age', 0)
-      redis.call('HDEL', h, 'p2_left', 'p2_scan')
+      redis.call('HDEL', h, 'p2_left', 'p2_scan', 'p2_len', 'p2_mark')
     else
-      redis.call('HSET', h, 'p2_left', left, 'p2_scan', string.format('%.17g', scan))
+      redis.call('HSET', h, 'p2_left', left, 'p2_scan', string.format('%.17g', scan), 'p2_len', len, 'p2_mark', age)
       -- missing: until the walk is done, the walked entries' mean p^2 stands for the rest
       if not has then redis.call('HSET', h, 'sum_p2', string.format('%.17g', scan * len / (len - left))) end
     end
@@ -440,10 +459,10 @@ class RedisBackend:
                 repr(float(free_margin)), s.start_z, s.label_z, repr(INFEASIBLE_TOLERANCE), self.resum_chunk]
 
     def read(self, key: str) -> tuple[float, bool]:
-        delta, infeasible = self.client.hmget(self._keys(key)[0], "delta", "infeasible")
-        delta, infeasible = float(delta or 0.0), infeasible == "1"
-        self.seen[key] = replace(self.seen.get(key) or WindowState(), delta=delta, infeasible=infeasible)
-        return delta, infeasible
+        """delta and the infeasible flag, read with the window sums: the state remembered for a
+        fallback is always a whole one, whichever call last reached Redis."""
+        state = self.state(key)
+        return state.delta, state.infeasible
 
     def _run(self, key: str, args: list[Any]) -> int:
         delta, infeasible, n, sum_p, sum_p2, sum_best, n_labels, sum_res, sum_y, walked = self._script(
@@ -480,15 +499,20 @@ class RedisBackend:
     def clear_residuals(self, deployment_id: str) -> None:
         self.client.delete(*self._residual_keys(deployment_id))
 
+    _STATE_FIELDS = ("delta", "infeasible", "sum_p", "sum_p2", "sum_best", "sum_res", "sum_y")
+
     def state(self, key: str) -> WindowState:
+        """The state as of one moment: the hash's sums, delta and flag and the lists' lengths (one
+        MULTI of an HMGET and two LLENs, one round trip)."""
         h, dl, ll = self._keys(key)
         pipe = self.client.pipeline(transaction=True)
-        pipe.hgetall(h).llen(dl).llen(ll)
-        values, n, n_labels = pipe.execute()
-        f = lambda name: float(values.get(name, 0.0))  # noqa: E731
+        pipe.hmget(h, *self._STATE_FIELDS).llen(dl).llen(ll)
+        fields, n, n_labels = pipe.execute()
+        values = dict(zip(self._STATE_FIELDS, fields))
+        f = lambda name: float(values[name] or 0.0)  # noqa: E731
         state = WindowState(
             n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels),
-            sum_res=f("sum_res"), sum_y=f("sum_y"), delta=f("delta"), infeasible=values.get("infeasible") == "1",
+            sum_res=f("sum_res"), sum_y=f("sum_y"), delta=f("delta"), infeasible=values["infeasible"] == "1",
         )
         self.seen[key] = state
         return state

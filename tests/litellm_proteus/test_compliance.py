@@ -505,3 +505,209 @@ def test_redis_state_matches_the_local_update_while_sum_p2_is_re_summed_in_chunk
     assert remote.shared and max(walks) == 7 and sum(walks) > 3 * 60  # several re-sums, each over calls
     assert remote_sums == pytest.approx(local_sums, abs=1e-9)
     assert remote_deltas == pytest.approx(local_deltas, abs=1e-9) and any(d > 0 for d in remote_deltas)
+
+
+class _SwapBeforeEachLock:
+    """The backend's lock, but before each acquisition another thread's ``continue_from`` takes it
+    first: the interleaving in which a state is replaced between a thread's fetch and its update."""
+
+    def __init__(self, backend, key: str, shared):
+        import threading
+
+        self.backend, self.key, self.shared = backend, key, shared
+        self.real = threading.Lock()
+        self.swaps = 0
+        self._swapping = False
+
+    def __enter__(self):
+        if not self._swapping:
+            self._swapping = True
+            try:
+                self.backend.continue_from(self.key, self.shared)  # takes this lock itself
+                self.swaps += 1
+            finally:
+                self._swapping = False
+        self.real.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.real.release()
+
+
+@pytest.mark.parametrize("kind", ["decision", "feedback"])
+def test_a_state_replaced_on_another_thread_never_loses_an_update(kind):
+    """continue_from (an outage's first local call, any thread) between a decision's or a label's
+    fetch of the state and its update: the update lands on the state that is there."""
+    from litellm_proteus.compliance import WindowState
+
+    backend = ComplianceController(settings()).local  # window 10, label_window 20
+    backend.decision(KEY, TAU, 0.5, 0.5, 0.0)
+    shared = WindowState(n=5, sum_p=3.5, sum_p2=2.45, sum_best=4.5, n_labels=5, sum_res=-0.5, sum_y=3.0, delta=0.2)
+    lock = _SwapBeforeEachLock(backend, KEY, shared)
+    backend._lock = lock
+    if kind == "decision":
+        backend.decision(KEY, TAU, 0.9, 0.95, 0.0)
+    else:
+        backend.feedback(KEY, 0.9, 1.0)
+    backend._lock = lock.real
+    state = backend.state(KEY)
+    assert lock.swaps >= 1
+    if kind == "decision":
+        assert state.n == 6 and state.sum_p == pytest.approx(4.4) and list(state.decisions) == [(0.9, 0.95)]
+        assert state.n_labels == 5
+    else:
+        assert state.n_labels == 6 and state.sum_y == pytest.approx(4.0) and list(state.labels) == [(0.9, 1.0)]
+        assert state.n == 5
+
+
+def test_a_read_only_recovery_between_two_outages_keeps_the_window_sums(tmp_path, caplog):
+    """Outage 1 (Redis stopped), then Redis answers reads but not decisions (CLIENT PAUSE WRITE: the
+    read before a decision answers, the decision's script times out), three times, a flapping Redis.
+    Each fallback goes on from the window Redis holds, never from an empty one."""
+    import redis
+
+    from .conftest import start_redis
+
+    key, tau = "tier:premium", 0.85
+    server = start_redis(directory=tmp_path)
+    restarted = None
+    try:
+        controller = ComplianceController(ComplianceSettings(retry_after_s=0.0), redis_url=server.url)
+        for _ in range(300):
+            controller.record_decision(key, tau, 0.70, 0.95)
+        shared = controller.control(key, tau)
+        assert controller.snapshot(key)["n"] == 200 and shared.delta == pytest.approx(0.3)
+        redis.Redis.from_url(server.url).save()
+        server.stop()
+        with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+            for _ in range(5):  # outage 1: every call refused, local state from the state last read
+                controller.control(key, tau)
+                controller.record_decision(key, tau, 0.70, 0.95)
+            assert controller.local.state(key).n == 200
+            restarted = start_redis(server.port, tmp_path)
+            admin = redis.Redis.from_url(restarted.url, decode_responses=True, socket_timeout=30)
+            assert admin.llen(controller.redis._keys(key)[1]) == 200  # Redis's state survived the restart
+            admin.execute_command("CLIENT", "PAUSE", 600_000, "WRITE")
+            try:
+                for _ in range(3):
+                    read = controller.control(key, tau)  # answered
+                    controller.record_decision(key, tau, 0.70, 0.95)  # times out: outage 2, 3, 4
+                    local = controller.local.state(key)
+                    assert read.delta == shared.delta
+                    assert local.n == 200 and local.sum_p / local.n == pytest.approx(0.70)
+                    assert local.sum_best / local.n == pytest.approx(0.95)
+                    assert local.delta == pytest.approx(shared.delta, abs=0.02 * 0.3)  # one normal step
+            finally:
+                admin.execute_command("CLIENT", "UNPAUSE")
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum("Redis failed" in m for m in messages) == 4 and sum("reachable again" in m for m in messages) == 3
+        assert controller.control(key, tau).delta == shared.delta and controller.snapshot(key)["n"] == 200
+    finally:
+        server.stop()
+        if restarted is not None:
+            restarted.stop()
+
+
+# The decision-list part of the Lua script of workers from before the chunked re-sum (commit 564563e),
+# verbatim: its decisions push and pop without p2_left / p2_scan and re-sum the whole list at once.
+OLDER_WORKER_DECISION_LUA = """
+local h, dl, ll = KEYS[1], KEYS[2], KEYS[3]
+local kind, tau, p, x = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local window = tonumber(ARGV[5])
+local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
+  local resum = redis.call('HEXISTS', h, 'sum_p2') == 0 or redis.call('HINCRBY', h, 'p2_age', 1) >= window
+  redis.call('RPUSH', dl, ARGV[3] .. ' ' .. ARGV[4])
+  redis.call('HINCRBYFLOAT', h, 'sum_p', p)
+  redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
+  redis.call('HINCRBYFLOAT', h, 'sum_best', x)
+  if redis.call('LLEN', dl) > window then
+    local op, ob = split(redis.call('LPOP', dl))
+    redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
+    redis.call('HINCRBYFLOAT', h, 'sum_p2', -op * op)
+    redis.call('HINCRBYFLOAT', h, 'sum_best', -ob)
+  end
+  if resum then
+    local s2 = 0
+    for _, entry in ipairs(redis.call('LRANGE', dl, 0, -1)) do local q = split(entry); s2 = s2 + q * q end
+    redis.call('HSET', h, 'sum_p2', string.format('%.17g', s2), 'p2_age', 0)
+  end
+return 1
+"""
+
+
+def _list_sum_p2(client, decisions: str) -> float:
+    return sum(float(entry.split()[0]) ** 2 for entry in client.lrange(decisions, 0, -1))
+
+
+def test_a_chunked_re_sum_beside_an_older_workers_script_ends_exact(redis_server):
+    """A rolling deploy: an older worker's decisions push and pop between a chunked walk's calls
+    (window 50, chunk 3).  A walk goes on only over the list as it left it; every re-sum that
+    completes, the walk's or the older script's own, leaves sum_p2 the list's sum of p^2."""
+    import random
+
+    import redis
+
+    window = 50
+    controller = ComplianceController(settings(window=window), redis_url=redis_server.url, timeout_s=5.0)
+    backend = controller.redis
+    backend.resum_chunk = 3
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    older = client.register_script(OLDER_WORKER_DECISION_LUA)
+    hash_key, decisions, _ = backend._keys(KEY)
+    rng = random.Random(1)
+    completed = {"walk": 0, "older": 0}
+    interrupted = 0
+    for i in range(4000):
+        if i % 250 == 0:  # an offset (drift, a worker without sum_p2) that only a re-sum removes
+            client.hincrbyfloat(hash_key, "sum_p2", 5.0)
+        p = rng.random()
+        older_share = (0.5, 0.1, 0.02)[i // 250 % 3]
+        walking = client.hexists(hash_key, "p2_left")
+        if rng.random() < older_share:
+            older(keys=backend._keys(KEY), args=backend._args("d", TAU, p, p, 0.0))
+            interrupted += walking
+            by = "older"
+        else:
+            assert backend.decision(KEY, TAU, p, p, 0.0) <= 3
+            by = "walk"
+        if client.hget(hash_key, "p2_age") == "0":  # a re-sum completed in this call
+            completed[by] += 1
+            assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(_list_sum_p2(client, decisions), rel=1e-9)
+    assert completed["walk"] > 10 and completed["older"] > 10 and interrupted > 10
+    assert client.llen(decisions) == window
+
+
+@pytest.mark.parametrize("cut", ["deleted", "trimmed"])
+def test_a_walk_over_a_list_deleted_or_trimmed_mid_walk_ends_exact(redis_server, cut):
+    """The decision list is deleted (evicted) or trimmed while the hash and its walk are kept: the
+    walk starts again on the list there is, and ends with its exact sum of p^2."""
+    import redis
+
+    window = 50
+    controller = ComplianceController(settings(window=window), redis_url=redis_server.url, timeout_s=5.0)
+    backend = controller.redis
+    backend.resum_chunk = 3
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    hash_key, decisions, _ = backend._keys(KEY)
+    values = [0.5 + (i % 13) / 40 for i in range(300)]
+    for i, p in enumerate(values[:100]):  # a full window, then no walk in progress
+        backend.decision(KEY, TAU, p, p, 0.0)
+        if i >= 60 and not client.hexists(hash_key, "p2_left"):
+            break
+    assert client.llen(decisions) == window and not client.hexists(hash_key, "p2_left")
+    client.hincrbyfloat(hash_key, "sum_p2", 5.0)
+    client.hset(hash_key, "p2_age", window)  # the next decision starts a walk
+    for p in values[100:103]:
+        backend.decision(KEY, TAU, p, p, 0.0)
+    assert int(client.hget(hash_key, "p2_left")) > 3  # mid-walk
+    if cut == "deleted":
+        client.delete(decisions)
+    else:
+        client.ltrim(decisions, -10, -1)
+    walks = []
+    for p in values[103:]:
+        walks.append(backend.decision(KEY, TAU, p, p, 0.0))
+        if not client.hexists(hash_key, "p2_left"):
+            break
+    assert not client.hexists(hash_key, "p2_left") and max(walks) <= 3
+    assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(_list_sum_p2(client, decisions), rel=1e-9)
