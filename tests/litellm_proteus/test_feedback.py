@@ -137,16 +137,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def not_found_server():
-    """A real HTTP server that answers every POST with FastAPI's 404 ({"detail": "Not Found"})."""
+def answering_server(answer):
+    """A real HTTP server on loopback whose every POST gets ``answer(path) -> (status, body bytes)``."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = b'{"detail":"Not Found"}'
-            self.send_response(404)
-            self.send_header("Content-Type", "application/json")
+            status, body = answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if body.startswith((b"{", b"[")) else "text/html")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -155,8 +154,14 @@ def not_found_server():
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def not_found_server():
+    """Every POST gets FastAPI's 404 ({"detail": "Not Found"})."""
+    server = answering_server(lambda path: (404, b'{"detail":"Not Found"}'))
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
@@ -178,24 +183,8 @@ def test_the_cli_says_error_and_exits_2_when_the_proxy_url_is_wrong(capsys, not_
 
 @pytest.fixture
 def html_ok_server():
-    """A real HTTP server that answers every POST with HTTP 200 and an HTML page (not a PROTEUS proxy)."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = b"<html><body>LiteLLM UI</body></html>" if self.path.endswith("/feedback") else b"[1, 2]"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    """Every POST gets HTTP 200 and an HTML page (not a PROTEUS proxy); ``[1, 2]`` off the feedback path."""
+    server = answering_server(lambda path: (200, b"<html><body>LiteLLM UI</body></html>" if path.endswith("/feedback") else b"[1, 2]"))
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
