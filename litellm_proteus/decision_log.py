@@ -258,17 +258,18 @@ class RotatingJsonl:
             raise error if error is not None else OSError(errno.EIO, "the line was not written")
         return True
 
-    def write_lines(self, lines: Sequence[str]) -> tuple[int, OSError | None]:
-        """Append the lines, each whole or not at all: ``(lines not written, the last error)``.  A
-        line over ``max_bytes``, a failed write (a full disk) and a line in a file deleted while
-        written and deleted again when written anew each count as one."""
-        failed, error = 0, None
-        segment: list[bytes] = []  # this call's lines in the current file
-        for line in lines:
+    def write_lines(self, lines: Sequence[str]) -> tuple[list[int], OSError | None]:
+        """Append the lines, each whole or not at all: ``(the indices of the lines not written, the
+        last error)``.  A line over ``max_bytes``, a failed write (a full disk) and a line in a file
+        deleted while written and deleted again when written anew each count as one."""
+        failed: list[int] = []
+        error: OSError | None = None
+        segment: list[tuple[int, bytes]] = []  # this call's lines in the current file
+        for i, line in enumerate(lines):
             data = line.encode("utf-8")
             if len(data) > self.max_bytes:
-                too_long = f"a line of {len(data)} bytes is over max_bytes ({self.max_bytes})"
-                failed, error = failed + 1, OSError(errno.EFBIG, too_long)
+                failed.append(i)
+                error = OSError(errno.EFBIG, f"a line of {len(data)} bytes is over max_bytes ({self.max_bytes})")
                 continue
             try:
                 self._sync_size()
@@ -279,11 +280,11 @@ class RotatingJsonl:
                         self._open_next()
                         segment = []
                 self._put(data)
-                segment.append(data)
+                segment.append((i, data))
             except OSError as exc:  # a full disk must not stop the writer: later lines may fit
-                failed, error = failed + 1, exc
+                failed, error = failed + [i], exc
         _, lost, lost_error = self._keep(segment)
-        return failed + lost, lost_error or error
+        return sorted(failed + lost), lost_error or error
 
     def _sync_size(self) -> None:
         """The current file's real size: it may have been truncated (or appended to) under the writer."""
@@ -310,30 +311,32 @@ class RotatingJsonl:
             raise
         self._size = start + len(data)
 
-    def _keep(self, segment: list[bytes]) -> tuple[list[bytes], int, OSError | None]:
-        """When the current file was deleted: ``segment`` (the lines this call put into it) written
-        again into a new file, once.  ``(the lines now in the current file, lines lost, error)``."""
+    def _keep(self, segment: list[tuple[int, bytes]]) -> tuple[list[tuple[int, bytes]], list[int], OSError | None]:
+        """When the current file was deleted: ``segment`` (the lines this call put into it, with
+        their indices) written again into a new file, once.  ``(the lines now in the current file,
+        the indices of the lines lost, error)``."""
         if not self.removed():
-            return segment, 0, None
+            return segment, [], None
         self.reopen()
         if not segment:
-            return [], 0, None
-        kept: list[bytes] = []
-        failed, error = 0, None
+            return [], [], None
+        kept: list[tuple[int, bytes]] = []
+        failed: list[int] = []
+        error: OSError | None = None
         try:
             self._open_next()
         except OSError as exc:
-            return [], len(segment), exc
-        for data in segment:  # they fit one file: they were in one
+            return [], [i for i, _ in segment], exc
+        for i, data in segment:  # they fit one file: they were in one
             try:
                 self._sync_size()
                 self._put(data)
-                kept.append(data)
+                kept.append((i, data))
             except OSError as exc:
-                failed, error = failed + 1, exc
+                failed, error = failed + [i], exc
         if self.removed():  # deleted again: given up
             self.reopen()
-            return [], len(segment), OSError(errno.ENOENT, f"{self.directory}: the file was deleted while written, twice")
+            return [], [i for i, _ in segment], OSError(errno.ENOENT, f"{self.directory}: the file was deleted while written, twice")
         return kept, failed, error
 
     def _cut_back(self, size: int) -> None:
@@ -489,7 +492,7 @@ class DecisionLogWriter:
             self._warnings.warn("too_large", "PROTEUS decision log: %d records over max_bytes (%d) even without "
                                 "their text: dropped (counted)", too_large, self.files.max_bytes)
         if self.files is not None:
-            self._write_files([line for _, line in written])
+            self._write_files(written)
         if self.redis is not None:  # a record the file could not take still reaches Redis
             self._write_redis(written)
 
@@ -500,12 +503,16 @@ class DecisionLogWriter:
             except Exception as exc:
                 self._warnings.warn("unlogged", "PROTEUS decision log: on_unlogged failed: %s", exc)
 
-    def _write_files(self, lines: list[str]) -> None:
-        failed, error = self.files.write_lines(lines)  # a file deleted under the writer: its lines again, in a new one
+    def _write_files(self, written: list[tuple[dict[str, Any], str]]) -> None:
+        # a file deleted under the writer: its lines again, in a new one
+        failed, error = self.files.write_lines([line for _, line in written])
         if failed:
-            self._drop(failed)
+            self._drop(len(failed))
             self._warnings.warn("write", "PROTEUS decision log: %d of %d records not written to %s (dropped, "
-                                "counted): %s", failed, len(lines), self.files.directory, error)
+                                "counted): %s", len(failed), len(written), self.files.directory, error)
+            if self.redis is None or not self.settings.redis_index:  # in no file and no index: no feedback for it
+                for i in failed:
+                    self._unlogged(written[i][0])
 
     def _write_redis(self, records: list[tuple[dict[str, Any], str]]) -> None:
         if not records:

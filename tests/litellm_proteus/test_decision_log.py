@@ -262,6 +262,21 @@ def test_a_full_disk_counts_every_record_it_loses_leaves_no_torn_line_and_redis_
     assert writer.dropped == 200 - len(written) + 1
 
 
+def test_without_redis_a_decision_the_full_disk_lost_is_reported_unlogged(tmp_path, monkeypatch):
+    disk = FullDisk(free=3 * 540)  # ~540-byte lines: 2 or 3 fit
+    monkeypatch.setattr(decision_log, "open", disk.open, raising=False)
+    writer = DecisionLogWriter(settings(tmp_path))
+    unlogged: list[str] = []
+    writer.on_unlogged = lambda record: unlogged.append(record["call_id"])  # the feedback desk forgets them
+    for i in range(6):
+        assert writer.submit(make_decision(f"call-{i}"))
+    assert writer.flush()
+    writer.close()
+    written = [r["call_id"] for r in iter_records(tmp_path / "log")]
+    assert 1 <= len(written) <= 3 and sorted(written + unlogged) == [f"call-{i}" for i in range(6)]
+    assert writer.dropped == 6 - len(written)
+
+
 def test_a_log_folder_removed_while_the_writer_runs_is_made_again_and_loses_nothing(tmp_path):
     writer = DecisionLogWriter(settings(tmp_path, max_bytes=4096))  # ~540-byte lines: 7 a file
     for i in range(3):
@@ -311,7 +326,7 @@ def test_a_file_deleted_twice_while_written_counts_its_lines_as_dropped(tmp_path
     lines = [json.dumps({"n": i, "pad": "x" * 500}) + "\n" for i in range(10)]  # 7 a file
     failed, error = files.write_lines(lines)
     files.close()
-    assert (failed, error.errno) == (3, errno.ENOENT)  # the last 3: in file -1, again in file -2, both deleted
+    assert (failed, error.errno) == ([7, 8, 9], errno.ENOENT)  # the last 3: in file -1, again in file -2, both deleted
     assert [json.loads(line)["n"] for path in tmp_path.glob("*.jsonl") for line in path.read_text().splitlines()] \
         == list(range(7))
 
