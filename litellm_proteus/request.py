@@ -76,10 +76,7 @@ def parse_tau(value: Any) -> float:
 
 def request_tau(*metadatas: Mapping[str, Any] | None) -> float | None:
     """``tau`` from the first metadata dict that carries one (``metadata`` then ``litellm_metadata``)."""
-    for metadata in metadatas:
-        if isinstance(metadata, Mapping) and metadata.get("tau") is not None:
-            return parse_tau(metadata["tau"])
-    return None
+    return read_tau(dict(zip(METADATA_KEYS, metadatas)))[0]
 
 
 @dataclass(frozen=True)
@@ -172,6 +169,13 @@ def read_tau(request_kwargs: Mapping[str, Any]) -> tuple[float | None, str | Non
         metadata = request_kwargs.get(field)
         if isinstance(metadata, Mapping) and metadata.get("tau") is not None:
             return parse_tau(metadata["tau"]), field
+    for field in METADATA_KEYS:  # a misspelt key would route at the default tier without a word
+        metadata = request_kwargs.get(field)
+        near = [k for k in metadata if isinstance(k, str) and k != "tau" and k.strip().lower() == "tau"] \
+            if isinstance(metadata, Mapping) else []
+        if near:
+            raise TauError(f"{field} has {short_repr(near[0])}, not 'tau': the accuracy target is read from "
+                           f"{field}.tau (lower case), a number in (0, 1]")
     return None, None
 
 

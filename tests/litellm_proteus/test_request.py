@@ -50,6 +50,14 @@ def test_a_bad_tau_is_a_tau_error(tau):
         read_request(CONFIG, MESSAGES, None, {"metadata": {"tau": tau}})
 
 
+@pytest.mark.parametrize("key", ["Tau", "TAU", " tau"])
+def test_a_misspelt_tau_key_is_a_tau_error_naming_the_key_it_is_read_from(key):
+    with pytest.raises(TauError, match=rf"metadata has '{key}', not 'tau': the accuracy target is read from metadata\.tau \(lower case\)"):
+        read_request(CONFIG, MESSAGES, None, {"metadata": {key: 0.8}})
+    both = read_request(CONFIG, MESSAGES, None, {"metadata": {key: 0.8, "tau": 0.9}})
+    assert both.tau == 0.9  # the right key wins; the other is the client's own business
+
+
 @pytest.mark.parametrize(
     "messages, input, field",
     [(5, None, "messages"), ("hi", None, "messages"), ({"role": "user"}, None, "messages"), (None, 5, "input"),

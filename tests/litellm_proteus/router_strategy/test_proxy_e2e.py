@@ -209,6 +209,12 @@ def test_invalid_tau_is_a_400_naming_tau(proxy, tau):
     assert "tau" in message and "(0, 1]" in message
 
 
+def test_a_misspelt_tau_key_is_a_400_naming_the_key(proxy):
+    response = proxy.chat("sk-alice", Tau=0.8)
+    assert response.status_code == 400, response.text
+    assert "metadata has 'Tau', not 'tau'" in response.json()["error"]["message"]
+
+
 def test_unmanaged_groups_and_unknown_keys(proxy):
     plain = proxy.chat("sk-alice", model="plain", tau=0.9)
     assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"] == "plain answer"
