@@ -44,6 +44,9 @@ class ProteusConfigError(ValueError):
     """A ``routing_strategy_args`` block that cannot be used; the message names the field."""
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what redis-py's from_url takes
+
+
 class RedisSettings(BaseModel):
     """Where per-key tiers live (``proteus tiers set``).  ``url`` wins over host/port."""
 
@@ -76,6 +79,13 @@ class RedisSettings(BaseModel):
             if name not in os.environ:
                 raise ValueError(f"environment variable {name} is not set")
             return os.environ[name]
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(REDIS_SCHEMES):
+            raise ValueError(f"must start with one of {', '.join(REDIS_SCHEMES)} (e.g. redis://127.0.0.1:6379/0); got {value[:80]!r}")
         return value
 
     def connection_url(self) -> str:

@@ -9,7 +9,8 @@ Our choices, where it is silent:
 - percentiles 5 and 95 of the costs seen in a batch, EMA momentum 0.9 per batch;
 - c_hat = clip((f(c) - low) / (high - low), 0, 1) with f the identity or log10.
 The final bounds are stored in the artifact, so a live price at inference is normalised exactly as
-the training costs were; a price change in the proxy config moves c_hat without retraining.
+the training costs were; a price change in the proxy config moves c_hat without retraining (the
+policy's choices; the single-model and cluster operating points keep the models the calibration chose).
 
 Live prices of a deployment (``deployment_prices``): its own ``input_cost_per_token`` /
 ``output_cost_per_token`` (``litellm_params``, then ``model_info``), else LiteLLM's cost map

@@ -153,6 +153,10 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
         engine.check_model_list(router.model_list or [])
     except DeploymentMappingError as exc:
         problems.append(str(exc))
+    judge = config.shadow.judge_model if config.shadow.enabled else None
+    groups = {d.get("model_name") for d in router.model_list or []}
+    if judge is not None and judge not in groups:
+        problems.append(f"shadow.judge_model {judge!r} is not a model group of this proxy; groups: {sorted(map(str, groups))}")
     try:
         fingerprint = file_sha256(artifact_dir(config) / MANIFEST_FILE)  # covers the weights' hash too
         engine.predictor = predictor = load_predictor(config, fingerprint)

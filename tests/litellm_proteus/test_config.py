@@ -25,6 +25,7 @@ def test_defaults_are_valid_and_documented_fields_exist():
         ({"redis": {"timeout_ms": 0}}, "routing_strategy_args.redis.timeout_ms"),
         ({"groups": []}, "routing_strategy_args.groups"),
         ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
+        ({"redis": {"url": "http://foo:6379"}}, "routing_strategy_args.redis.url: must start with one of redis://, rediss://, unix://"),
     ],
 )
 def test_bad_config_names_the_field(raw, fragment):

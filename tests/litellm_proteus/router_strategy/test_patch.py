@@ -127,6 +127,15 @@ def test_missing_or_corrupt_artifact_and_bad_config_stop_the_router(steerable_ar
                routing_strategy_args={"artifact": str(steerable_artifact), "default_tier": "gold"})
 
 
+def test_a_shadow_judge_model_that_is_no_group_stops_the_router(steerable_artifact, tmp_path):
+    shadow = {"rate": 0.5, "judge_model": "no-such-group", "daily_budget_usd": 1.0}
+    args = {"artifact": str(steerable_artifact), "decision_log": {"dir": str(tmp_path), "log_prompts": True}, "shadow": shadow}
+    with pytest.raises(patch.ProteusStartupError, match="shadow.judge_model 'no-such-group' is not a model group of this proxy"):
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    args["shadow"] = {**shadow, "judge_model": "proteus-auto"}  # any group of the config judges
+    assert strategy_of(Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)) is not None
+
+
 def test_a_corrupt_static_table_is_a_startup_error_naming_it(tmp_path):
     import shutil
 
