@@ -135,6 +135,22 @@ def warn_tiers_outside_range(config: ProteusConfig, tau_range: tuple[float, floa
     return outside
 
 
+def warn_slots_without_deployments(engine: DecisionEngine, model_list: list) -> dict[str, list[str]]:
+    """Per PROTEUS group, the artifact's slots no deployment plays: their share of traffic goes to
+    the other slots (a deployment LiteLLM dropped at start-up, e.g. for a price that is not a number,
+    shows up here).  Said once at start-up."""
+    missing = {}
+    for group in engine.config.groups:
+        played = {c.slot for c in engine.score_all(d for d in model_list if d.get("model_name") == group)[0]}
+        names = [name for i, name in enumerate(engine.slots) if i not in played]
+        if names:
+            missing[group] = names
+    if missing:
+        logger.warning("PROTEUS: artifact slots no deployment plays, per group (their requests go to the other slots; "
+                       "a deployment LiteLLM could not create is missing from model_list): %s", missing)
+    return missing
+
+
 def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrategy:
     """Build the strategy for ``router`` from its ``routing_strategy_args`` and set it.
 
@@ -177,6 +193,7 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
     if config.log_decisions:
         ensure_log_handler()
     warn_tiers_outside_range(config, engine.manifest.tau_range)
+    warn_slots_without_deployments(engine, router.model_list or [])
     logger.info(
         "PROTEUS routing groups %s with artifact %s (slots %s) on %s",
         config.groups,

@@ -164,6 +164,19 @@ def test_tiers_outside_the_declared_range_are_announced_at_startup(steerable_art
     assert "tiers {'economy': 0.6, 'premium': 0.95} lie outside the artifact's declared tau range [0.7, 0.9]" in caplog.text
 
 
+def test_slots_no_deployment_plays_are_announced_at_startup(steerable_artifact, caplog):
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args={"artifact": str(steerable_artifact)})
+    assert "slots no deployment plays" in caplog.text  # the artifact's third slot has no deployment
+    assert "{'proteus-auto': ['mistralai/mistral-7b-chat']}" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):  # the GPT-4 deployment is gone too
+        Router(model_list=model_list()[1:], routing_strategy="proteus", routing_strategy_args={"artifact": str(steerable_artifact)})
+    assert "{'proteus-auto': ['gpt-4-1106-preview', 'mistralai/mistral-7b-chat']}" in caplog.text
+
+
 def test_unknown_predictor_options_stop_the_router(steerable_artifact):
     with pytest.raises(patch.ProteusStartupError, match=r"predictor_options\.warp_speed: Extra inputs are not permitted \(allowed: \[.*threads"):
         Router(model_list=model_list(), routing_strategy="proteus",
