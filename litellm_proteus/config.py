@@ -182,7 +182,7 @@ class ProteusConfig(BaseModel):
     default_tier: str = "standard"
     tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1)
     allow_raise: dict[str, bool] = Field(default_factory=dict)
-    tier_metadata_key: str = Field("proteus_tier", description="key/team metadata field naming the tier")
+    tier_metadata_key: str = Field("proteus_tier", min_length=1, description="key/team metadata field naming the tier")
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
     compliance: ComplianceSettings = Field(
@@ -216,6 +216,16 @@ class ProteusConfig(BaseModel):
         if value not in ("auto", "cpu", "cuda") and not (value.startswith("cuda:") and value[5:].isdigit()):
             raise ValueError(f"must be one of 'auto', 'cpu', 'cuda', 'cuda:N'; got {value!r}")
         return value
+
+    @field_validator("tiers", mode="before")
+    @classmethod
+    def _tiers_are_numbers(cls, tiers: Any) -> Any:
+        """``true`` would read as tau 1.0 (pydantic's lax mode), where a request's ``true`` is a 400."""
+        if isinstance(tiers, dict):
+            for name, tau in tiers.items():
+                if isinstance(tau, bool):
+                    raise ValueError(f"tier {name!r}: tau must be a number in (0, 1]; got {tau!r}")
+        return tiers
 
     @field_validator("tiers")
     @classmethod

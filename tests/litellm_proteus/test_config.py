@@ -25,6 +25,8 @@ def test_defaults_are_valid_and_documented_fields_exist():
         ({"redis": {"timeout_ms": 0}}, "routing_strategy_args.redis.timeout_ms"),
         ({"groups": []}, "routing_strategy_args.groups"),
         ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
+        ({"tiers": {"premium": True}}, "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]; got True"),
+        ({"tier_metadata_key": ""}, "routing_strategy_args.tier_metadata_key"),
         ({"redis": {"url": "http://foo:6379"}}, "routing_strategy_args.redis.url: must start with one of redis://, rediss://, unix://"),
     ],
 )
