@@ -282,9 +282,35 @@ class ProteusConfig(BaseModel):
             problems = "; ".join(
                 f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}"
                 + (f" (allowed: {_allowed_fields(cls, e['loc'])})" if e["type"] == "extra_forbidden" else "")
+                + (f" (allowed: {_allowed_values(cls, e['loc'])})" if e["type"].endswith(("_parsing", "_type"))
+                   and _allowed_values(cls, e["loc"]) else "")
                 for e in exc.errors()
             )
             raise ProteusConfigError(f"invalid PROTEUS config: {problems}") from exc
+
+
+def _field_at(model: type[BaseModel], loc: tuple) -> Any:
+    """The pydantic FieldInfo at ``loc`` through nested settings models (None where loc leaves them)."""
+    field = None
+    for part in loc:
+        if model is None or str(part) not in model.model_fields:
+            return None
+        field = model.model_fields[str(part)]
+        annotation = field.annotation
+        nested = [a for a in (*getattr(annotation, "__args__", ()), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = nested[0] if nested else None
+    return field
+
+
+def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
+    """What a field of the wrong type takes: its type and bounds (``a number >= 0 and <= 1``)."""
+    field = _field_at(model, loc)
+    if field is None:
+        return ""
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(field.annotation, "")
+    bounds = [f"{sign} {getattr(m, attr)}" for m in field.metadata
+              for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if hasattr(m, attr)]
+    return f"{kind} {' and '.join(bounds)}".rstrip() if kind else ""
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:

@@ -27,6 +27,8 @@ def test_defaults_are_valid_and_documented_fields_exist():
         ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
         ({"tiers": {"premium": True}}, "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]; got True"),
         ({"tier_metadata_key": ""}, "routing_strategy_args.tier_metadata_key"),
+        ({"compliance": {"enabled": "maybe"}}, "routing_strategy_args.compliance.enabled: Input should be a valid boolean, unable to interpret input (allowed: true or false)"),
+        ({"exploration": {"rate": "high"}}, "routing_strategy_args.exploration.rate: Input should be a valid number, unable to parse string as a number (allowed: a number >= 0.0 and <= 1.0)"),
         ({"redis": {"url": "http://foo:6379"}}, "routing_strategy_args.redis.url: must start with one of redis://, rediss://, unix://"),
     ],
 )
