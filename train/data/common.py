@@ -9,11 +9,13 @@ tokenizer-exact count would not change routing.
 from __future__ import annotations
 
 import ast
+import csv
 import hashlib
 import json
 import math
 import re
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -71,32 +73,111 @@ def resolve_files(paths: Iterable[str | Path]) -> list[tuple[Path, bool]]:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """Parse one file.  Id-like columns are read as text so ``"007"`` stays ``"007"``."""
+    """Parse one file.  Id-like columns are read as text so ``"007"`` stays ``"007"``.
+
+    CSV and JSONL must be UTF-8 (a leading byte-order mark is allowed); column names must be unique.
+    A JSONL file's last line that is cut off (no newline at its end) and is not valid JSON is skipped
+    with a warning: a writer killed mid-line leaves such a torn line (``docs/decision-log.md``).
+    Any other line that is not valid JSON is an error naming ``file:line``."""
     suffix = path.suffix.lower()
     if suffix in (".pkl", ".pickle"):
         # A pickle can run code when loaded: only load files you trust (e.g. the RouterBench hub files).
         frame = pd.read_pickle(path)
         if not isinstance(frame, pd.DataFrame):
             raise ValueError(f"{path}: the pickle holds a {type(frame).__name__}, expected a pandas DataFrame")
-        return frame
-    if suffix == ".csv":
+    elif suffix == ".csv":
         try:
-            return pd.read_csv(path, dtype={"sample_id": str, "id": str, "split": str}, low_memory=False)
+            _check_unique_columns(path, _csv_header(path))
+            frame = pd.read_csv(path, dtype={"sample_id": str, "id": str, "split": str}, low_memory=False)
         except pd.errors.EmptyDataError:
             raise ValueError(f"{path}: empty file (expected a header row: prompt, one column per model, ...)") from None
-    if suffix == ".parquet":
-        return pd.read_parquet(path)
-    if suffix == ".jsonl":
-        records = []
-        with path.open("r", encoding="utf-8") as handle:
-            for lineno, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        records.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-        return pd.DataFrame.from_records(records)
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; accepted: {', '.join(SUFFIXES)}")
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
+    elif suffix == ".parquet":
+        frame = pd.read_parquet(path)
+    elif suffix == ".jsonl":
+        frame = _read_jsonl(path)
+    else:
+        raise ValueError(f"{path}: unsupported file type {suffix!r}; accepted: {', '.join(SUFFIXES)}")
+    _check_unique_columns(path, list(frame.columns))
+    return frame
+
+
+def _csv_header(path: Path) -> list[str]:
+    """The header row as written (pandas renames a repeated name ``X`` to ``X.1``)."""
+    with path.open("r", encoding="utf-8-sig", newline="") as handle:
+        return next(csv.reader(handle), [])
+
+
+def _check_unique_columns(path: Path, columns: Sequence[Any]) -> None:
+    counts = Counter(str(c) for c in columns)
+    repeated = [name for name, n in counts.items() if n > 1]
+    if repeated:
+        raise ValueError(
+            f"{path}: duplicate column name(s) {repeated}; each column name must appear once (per model one score "
+            "column '<model>' and one cost column '<model>|total_cost')"
+        )
+
+
+def _not_utf8(path: Path) -> ValueError:
+    """The error for a text file that is not UTF-8, with the line and the first bad byte."""
+    data = path.read_bytes()
+    hint = " (it starts with a UTF-16 byte-order mark)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        return ValueError(f"{path}:{line}: the file is not UTF-8 text{hint}: byte 0x{data[exc.start]:02x} at byte "
+                          f"{column} of line {line}; save it as UTF-8")
+    return ValueError(f"{path}: the file is not UTF-8 text{hint}; save it as UTF-8")
+
+
+class _Record(dict):
+    """A JSON object with the keys it repeated (``json`` keeps the last value of a repeated key)."""
+
+    repeated: list[str] = []
+
+
+def _record(pairs: list[tuple[str, Any]]) -> dict:
+    record = _Record(pairs)
+    if len(record) != len(pairs):
+        record.repeated = [k for k, n in Counter(k for k, _ in pairs).items() if n > 1]
+    return record
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    records = []
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            torn = not raw.endswith(b"\n")  # only the last line can lack its newline
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                if torn and exc.reason == "unexpected end of data":  # cut inside a multi-byte character
+                    _warn_torn(path, lineno, "ends inside a UTF-8 character")
+                    break
+                raise ValueError(f"{path}:{lineno}: the file is not UTF-8 text: byte 0x{raw[exc.start]:02x} at byte "
+                                 f"{exc.start + 1} of line {lineno}; save it as UTF-8") from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line, object_pairs_hook=_record)
+            except json.JSONDecodeError as exc:
+                if torn:
+                    _warn_torn(path, lineno, f"is not valid JSON ({exc.msg})")
+                    break
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if isinstance(record, _Record) and record.repeated:
+                raise ValueError(f"{path}:{lineno}: duplicate key(s) {record.repeated} in one record; each column "
+                                 "name must appear once")
+            records.append(record)
+    return pd.DataFrame.from_records(records)
+
+
+def _warn_torn(path: Path, lineno: int, what: str) -> None:
+    warnings.warn(f"{path}:{lineno}: skipped the last line: it has no newline at its end and {what}, as a writer "
+                  "stopped mid-line leaves it", RoutingLogWarning, stacklevel=5)
 
 
 def files_sha256(paths: Iterable[str | Path]) -> str:
@@ -209,13 +290,15 @@ def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
 
 
 def check_scores(scores: np.ndarray, models: Sequence[str], path: Path, what: str = "score") -> None:
-    """Scores must lie in [0, 1]; name the column at fault instead of RoutingLog's generic error."""
+    """Scores must lie in [0, 1] or be NaN (not run); name the column and row at fault (``inf`` included)."""
     for j, model in enumerate(models):
         col = scores[:, j]
-        finite = col[np.isfinite(col)]
-        if finite.size and (finite.min() < 0 or finite.max() > 1):
+        bad = ~np.isnan(col) & ~((col >= 0) & (col <= 1))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"{path}: {what} of model {model!r} outside [0, 1] (min {finite.min():g}, max {finite.max():g})"
+                f"{path}: {what} column {model!r}, row {row}: {col[row]:g} is outside [0, 1] ({int(bad.sum())} such "
+                "row(s)); allowed: a number in [0, 1], or empty where the model was not run"
             )
 
 
@@ -327,6 +410,10 @@ def clean_log(log: RoutingLog) -> RoutingLog:
        other copies are defective (doubled prompt, one model scored) -- and it is placed in the most
        held-out split any copy had (test > val > train), so an id in both train and test files
        stays only in test: no leakage, and the test set keeps its size.
+    4. The same prompt text under different ids in more than one split: kept, with a warning giving
+       the count (``warn_prompts_across_splits``).
+    5. A model with no cost in any row, or (full-information logs) no score in any row, is an error
+       naming it (``check_models``): its cost or its head would be invented.
     """
     n0 = len(log)
     observed = np.isfinite(log.scores)
@@ -370,7 +457,63 @@ def clean_log(log: RoutingLog) -> RoutingLog:
         where = ", ".join(Path(p).name for p in log.paths[:4]) + (" ..." if len(log.paths) > 4 else "")
         warnings.warn(f"{log.source or 'routing log'} ({where}): {n0} rows -> {int(keep.sum())}; " + "; ".join(notes),
                       RoutingLogWarning, stacklevel=3)
-    return log if keep.all() else log.subset(np.flatnonzero(keep))
+    cleaned = log if keep.all() else log.subset(np.flatnonzero(keep))
+    check_models(cleaned)
+    warn_prompts_across_splits(cleaned)
+    return cleaned
+
+
+def _where(log: RoutingLog) -> str:
+    return ", ".join(log.paths[:3]) + (f" and {len(log.paths) - 3} more" if len(log.paths) > 3 else "")
+
+
+def check_models(log: RoutingLog) -> None:
+    """Every model needs a logged cost in some row (empty cells take the mean of that model's own
+    costs; with none there is nothing to take it from) and, in a full-information log, a score in
+    some row (otherwise its slot gets an untrained head that is still routed to).  In a decision log
+    (bandit feedback) a slot that was a candidate but never chosen has no score: that is allowed."""
+    wide = "routerbench" in log.source.split("+")
+    if log.logged_choice is None:
+        for j, model in enumerate(log.models):
+            if not np.isfinite(log.scores[:, j]).any():
+                column = f"column {model!r} is empty in every row" if wide else "no score in any row"
+                raise ValueError(
+                    f"{_where(log)}: model {model!r} has no observed score ({column}); it would get a routing slot "
+                    "with an untrained head. Give it scores in [0, 1] in at least some rows, or remove its columns"
+                    + (f" {model!r} and {model + '|total_cost'!r}" if wide else "")
+                )
+    for j, model in enumerate(log.models):
+        if not np.isfinite(log.costs[:, j]).any():
+            what = (f"column {model + '|total_cost'!r} is empty in every row" if wide
+                    else f"model {model!r} has no cost in any row")
+            raise ValueError(
+                f"{_where(log)}: {what}; the model's cost per call is needed to route. Allowed: a cost >= 0 (USD "
+                "per call) in at least some rows (an empty cell takes the mean of that model's own costs)"
+                + (f", or remove the columns {model!r} and {model + '|total_cost'!r}" if wide else "")
+            )
+
+
+def warn_prompts_across_splits(log: RoutingLog) -> None:
+    """Warn when one prompt text (non-empty) sits in more than one declared split: its val/test rows
+    then measure a prompt the heads trained on.  Kept as the source declares them (splits are
+    honoured); the warning gives the count and the fix."""
+    if log.split is None:
+        return
+    frame = pd.DataFrame({"prompt": log.prompts, "split": np.asarray(log.split, dtype=object)})
+    frame = frame[frame["prompt"].str.strip() != ""]
+    per_prompt = frame.groupby("prompt", sort=False)["split"].unique()
+    shared = per_prompt[per_prompt.map(len) > 1]
+    if shared.empty:
+        return
+    rows = int(frame["prompt"].isin(shared.index).sum())
+    example, splits = next(iter(shared.items()))
+    shown = example if len(example) <= 60 else example[:57] + "..."
+    warnings.warn(
+        f"{_where(log)}: {len(shared)} prompt(s) appear in more than one split ({rows} rows; e.g. {shown!r} in "
+        f"{sorted(splits)}): val/test rows whose prompt is also trained on overstate accuracy. Keep one row per prompt, "
+        "or give every copy of a prompt the same split",
+        RoutingLogWarning, stacklevel=4,
+    )
 
 
 @dataclass

@@ -11,7 +11,9 @@ below them, recursively).  ``format="auto"`` recognises each file by its columns
 Files found in a directory that match no format (e.g. GSM8K's plain ``train.jsonl`` or MT-Bench's
 judgements beside the RouteLLM CSVs) are skipped with a warning; a file named explicitly must load.
 All parts are concatenated (the model sets must agree), then cleaned once (``common.clean_log``:
-all-NaN rows dropped, one row per duplicated ``sample_id``, with a warning giving the counts).
+all-NaN rows dropped, one row per duplicated ``sample_id``, with a warning giving the counts; a
+prompt in more than one declared split warned about; a model with no cost, or no score, in any row
+an error naming it).
 ``sha256`` = SHA-256 of the raw bytes of every file used, concatenated in path order.
 """
 

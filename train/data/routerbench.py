@@ -3,7 +3,8 @@
 One row per query: ``prompt``, optional ``sample_id``, ``eval_name`` (task) and ``split``; for each
 model ``m`` a score column ``m`` (correctness / quality in [0, 1], NaN = not run) and a cost column
 ``m|total_cost`` (USD for that call).  **The model set is every column ``X`` for which a column
-``X|total_cost`` exists**, in the order the score columns appear.  Other columns are ignored
+``X|total_cost`` exists**, in the order the score columns appear; a column of scores in [0, 1]
+without its cost column is not a model, with a warning naming it.  Other columns are ignored
 (``m|model_response``, the unnamed index column, ``oracle_model_to_route_to``...), except that
 ``m|model_response`` gives the output-token estimate for ``m`` (chars / 4; see ``common``).
 
@@ -14,10 +15,12 @@ same columns as ``.csv`` / ``.parquet`` / ``.jsonl``.  Prompts stored as Python 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
-from .common import (LoadOptions, Table, base_log, check_scores, concat_logs, estimate_tokens, numeric_column,
+from .common import (LoadOptions, RoutingLogWarning, Table, base_log, check_scores, concat_logs, estimate_tokens, numeric_column,
                      prompt_text, require_columns, response_tokens, text_column)
 from .logs import RoutingLog
 
@@ -42,7 +45,29 @@ def model_columns(table: Table) -> list[str]:
     if missing:
         raise ValueError(f"{table.path}: column {missing[0]!r} (scores) is missing although {missing[0] + COST_SUFFIX!r} exists")
     present = set(costed)
+    uncosted = [c for c in columns if c not in present and _looks_like_scores(table.frame, c)]
+    if uncosted:
+        warnings.warn(
+            f"{table.path}: column(s) {uncosted} hold scores in [0, 1] but have no cost column "
+            f"{[c + COST_SUFFIX for c in uncosted]}: not loaded as models (a model needs both columns)",
+            RoutingLogWarning, stacklevel=5,
+        )
     return [c for c in columns if c in present]
+
+
+# Columns of the wide format that are not models (besides '<model>|...' columns).
+METADATA_COLUMNS = {"prompt", "sample_id", "id", "eval_name", "split", "oracle_model_to_route_to", "shadow_of", "tau"}
+
+
+def _looks_like_scores(frame: pd.DataFrame, column: str) -> bool:
+    """A column that is not metadata, whose non-empty values are all numbers (or booleans) in [0, 1]."""
+    if "|" in column or column in METADATA_COLUMNS or column.startswith("Unnamed:"):
+        return False
+    values = frame[column]
+    if not (pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values)):
+        return False
+    values = values.dropna().astype("float64")
+    return not values.empty and bool(((values >= 0) & (values <= 1)).all())
 
 
 def table_log(table: Table) -> RoutingLog:

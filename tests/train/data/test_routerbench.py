@@ -98,7 +98,7 @@ def test_missing_prompt_column_is_named(tmp_path):
 
 def test_scores_outside_unit_interval(tmp_path):
     frame = routerbench_frame([{"id": "a", "prompt": "x", "scores": [1, 7, 1]}])
-    with pytest.raises(ValueError, match=r"model 'org/model-a' outside \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"score column 'org/model-a', row 0: 7 is outside \[0, 1\]"):
         load_logs([write_frame(frame, tmp_path / "logs.csv")])
 
 
