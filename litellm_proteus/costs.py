@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import numpy as np
@@ -52,8 +53,34 @@ class CostNormalizer:
         return bool(np.isfinite(self.low) and np.isfinite(self.high))
 
     def __post_init__(self) -> None:
+        """Reject bounds no router can use (a corrupted manifest): NaN bounds mean "not yet updated";
+        otherwise both finite with low <= high (equal when every logged cost is the same), and in
+        usd_per_call space low > 0 (costs are clipped to MIN_COST_USD before the percentiles)."""
         if self.space not in SPACES:
             raise ValueError(f"cost_normalization.space must be one of {SPACES}; got {self.space!r}")
+        problems = []
+        for name in ("low", "high", "lower_percentile", "upper_percentile", "momentum"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+                problems.append(f"cost_normalization.{name} must be a number; got {value!r}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        low, high = float(self.low), float(self.high)
+        if not (math.isnan(low) and math.isnan(high)):  # NaN, NaN: bounds not yet updated
+            if not (math.isfinite(low) and math.isfinite(high)):
+                problems.append(f"cost_normalization.low/high must be finite numbers; got low={self.low}, high={self.high}")
+            elif not low <= high:
+                problems.append(f"cost_normalization.low must be <= cost_normalization.high; got low={self.low}, "
+                                f"high={self.high}")
+            elif self.space == "usd_per_call" and low <= 0:
+                problems.append(f"cost_normalization.low must be > 0 in usd_per_call space (USD per call); got {self.low}")
+        if not 0 <= self.lower_percentile < self.upper_percentile <= 100:
+            problems.append("cost_normalization.lower_percentile and upper_percentile must satisfy 0 <= lower < upper "
+                            f"<= 100; got {self.lower_percentile}, {self.upper_percentile}")
+        if not 0 <= self.momentum < 1:
+            problems.append(f"cost_normalization.momentum must lie in [0, 1); got {self.momentum}")
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def transform(self, costs_usd: Any) -> np.ndarray:
         costs = np.maximum(np.asarray(costs_usd, dtype=np.float64), MIN_COST_USD)
@@ -83,7 +110,20 @@ class CostNormalizer:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostNormalizer":
-        fields = {k: float(v) for k, v in data.items() if k != "space"}
+        known = {f.name for f in dataclass_fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"cost_normalization has unknown field(s) {unknown}; allowed: {sorted(known)}")
+        fields = {}
+        for k, v in data.items():
+            if k == "space":
+                continue
+            try:
+                if isinstance(v, bool):
+                    raise TypeError(v)
+                fields[k] = float(v)
+            except (TypeError, ValueError):
+                raise ValueError(f"cost_normalization.{k} must be a number; got {v!r}") from None
         norm = cls(space=data.get("space"), **fields)  # type: ignore[arg-type]
         if not norm.initialised:
             raise ValueError("cost_normalization.low/high must be finite numbers")

@@ -577,6 +577,14 @@ def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
                     yield record
 
 
+def supersedes(record: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
+    """Whether ``record`` replaces ``previous`` as its call's record of the same type (decision,
+    outcome or feedback): the latest by ``ts`` wins; of two with the same ``ts``, the one read later
+    (files in time order, lines in file order).  ``join_log`` and the trainer's decision-log loader
+    (``train/data/decision_log.py``) both keep records by this rule."""
+    return previous is None or float(record["ts"]) >= float(previous["ts"])
+
+
 @dataclass
 class LoggedDecision:
     decision: dict[str, Any]
@@ -596,8 +604,7 @@ def join_log(directory: str | Path) -> list[LoggedDecision]:
     feedback: dict[str, dict[str, Any]] = {}
     for record in iter_records(directory):
         table = {"decision": decisions, "outcome": outcomes, "feedback": feedback}[record["type"]]
-        previous = table.get(record["call_id"])
-        if previous is None or float(record["ts"]) >= float(previous["ts"]):
+        if supersedes(record, table.get(record["call_id"])):
             table[record["call_id"]] = record
     joined = [
         LoggedDecision(d, outcomes.get(call_id), feedback[call_id]["score"] if call_id in feedback else None)

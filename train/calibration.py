@@ -159,6 +159,23 @@ class CandidatePoint:
     policy_tau: float | None = None  # kind "policy": its own policy tau; other kinds: set by calibrate (fallback)
 
 
+class UnreachableTauRange(ValueError):
+    """No operating point's accuracy reaches the bottom of the tau range + the margin: no tau in the
+    range can be promised, so there is no declared range (``calibrate``)."""
+
+    def __init__(self, best: float, lo: float, margin: float):
+        self.best, self.lo, self.margin = best, lo, margin
+        super().__init__(
+            f"no operating point reaches the bottom of the tau range {lo:.4f} + margin {margin:.4f}: the best "
+            f"accuracy an operating point reaches is {best:.4f}, so no tau from {lo:.4f} up can be promised"
+        )
+
+    @property
+    def reachable(self) -> float:
+        """The highest tau an operating point meets with the margin."""
+        return self.best - self.margin
+
+
 def calibrate(
     policy_taus: np.ndarray,
     accuracies: np.ndarray,
@@ -179,6 +196,7 @@ def calibrate(
     fallback policy tau is the cheapest grid point at least as accurate (else the grid's top).
 
     Declared range: from the training range's lower end up to the highest requested tau reachable.
+    ``UnreachableTauRange`` when no point reaches the lower end + margin (no range to declare).
     """
     extra = list(extra or [])
     if extra and costs_usd is None:
@@ -190,7 +208,10 @@ def calibrate(
             at = ok[np.argmin(np.asarray(costs_usd)[ok])] if ok.size else len(policy_taus) - 1
             point.policy_tau = float(policy_taus[at])
     lo = float(policy_taus[0])
-    top = max([float(conservative.max())] + [p.accuracy for p in extra]) - margin
+    best = max([float(conservative.max(initial=-np.inf))] + [p.accuracy for p in extra])
+    top = best - margin
+    if not top >= lo - 1e-9:  # not even the range's bottom is met: no range to declare (NaN included)
+        raise UnreachableTauRange(best, lo, margin)
     hi = max(top, lo + step)
     requested = np.round(np.arange(lo, hi + 1e-9, step), 6)
     mapped, mapped_points, from_extra = [], [], False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass, field, fields
 
@@ -177,6 +178,13 @@ class TrainConfig:
                 positive = f.name in _FLOAT_POSITIVE
                 if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
                     problems.append(f"{flag} must be a number {'> 0' if positive else '>= 0'}; got {value}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed <= SEED_MAX:
+            problems.append(f"--seed must be an integer from 0 to {SEED_MAX} (2**32 - 1); got {self.seed!r}")
+        if self.tau_range is not None:
+            lo_hi = tuple(self.tau_range)
+            if not (len(lo_hi) == 2 and all(isinstance(t, (int, float)) and math.isfinite(t) for t in lo_hi)
+                    and 0 < lo_hi[0] < lo_hi[1] <= 1):
+                problems.append(f"--tau-range LO HI must satisfy 0 < LO < HI <= 1; got {list(lo_hi)}")
         if self.truncation not in TRUNCATIONS:
             problems.append(f"--truncation must be one of {list(TRUNCATIONS)}; got {self.truncation!r}")
         if self.propensity_weighting not in PROPENSITY_WEIGHTINGS:
@@ -187,6 +195,7 @@ class TrainConfig:
             raise ValueError("; ".join(problems))
 
 
+SEED_MAX = 2**32 - 1  # numpy's and torch's seeds
 _INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_epochs": 0, "calibration_clusters": 0}
 PROPENSITY_WEIGHTINGS = ("dr", "ips", "none")
 

@@ -53,6 +53,7 @@ from .calibration import (
     CalibrationRows,
     CandidatePoint,
     OperatingCurve,
+    UnreachableTauRange,
     accuracy_curve,
     best_single_accuracy,
     calibrate,
@@ -154,7 +155,42 @@ def operating_point_candidates(
     return extra, centroids
 
 
+def unreachable_range_message(exc: UnreachableTauRange, tau_range: tuple[float, float], config: TrainConfig,
+                              from_init: bool, n_val: int, n_oof: int) -> str:
+    """The error for a tau range no operating point meets: what was reached, where the range came
+    from, and what to try."""
+    source = ("--tau-range" if config.tau_range else "the --init artifact's training range" if from_init
+              else "the range derived from the validation data")
+    reach = exc.reachable
+    if config.tau_range or from_init:
+        fix = (f"pass a lower --tau-range, LO at most {reach:.4f} (e.g. --tau-range {max(reach - 0.1, 0.01):.2f} "
+               f"{max(reach, 0.02):.2f})" if reach > 0.01 else "check the routing log's scores")
+        if config.tau_range:
+            fix += ", or leave --tau-range out for the range derived from the data"
+    else:
+        fix = (f"pass --tau-range with LO at most {reach:.4f}, or train on more rows (a larger validation split "
+               "narrows the margin)" if reach > 0.01 else
+               "no model is right often enough for any accuracy target: check the routing log's scores (all 0?)")
+    return (f"the declared tau range cannot be met: the best operating point reaches validation accuracy {exc.best:.4f} "
+            f"({n_val} validation + {n_oof} out-of-fold rows), under the bottom of {source} "
+            f"[{tau_range[0]:.4f}, {tau_range[1]:.4f}] + margin {exc.margin:.4f}; {fix}. No artifact was written")
+
+
+def check_out_dir(out_dir: str | os.PathLike) -> None:
+    """Refuse an ``--out`` that cannot become the artifact directory before any work: an existing
+    file, or a path under one."""
+    path = Path(out_dir)
+    for at in (path, *path.parents):
+        if at.exists():
+            if not at.is_dir():
+                where = "is a file" if at == path else f"lies under {str(at)!r}, which is a file"
+                raise ValueError(f"--out {str(path)!r} {where}, not a directory: name a directory (new or existing) "
+                                 "to write the artifact into")
+            return
+
+
 def train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
+    check_out_dir(out_dir)
     threads = torch.get_num_threads()
     # The heads are tiny: thread synchronisation costs more than it saves (measured 30 ms vs 350 ms
     # per PPO batch on 2 busy cores).  The encoder, which has real matmuls, keeps all threads.
@@ -323,10 +359,13 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
                 policy_taus, tau_range, config,
             )
         frontier_costs = pooled.cost_usd if (config.mix_operating_points or extra) else None
-        calibration, declared = calibrate(
-            policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs, extra,
-            frontier=config.mix_operating_points, centroids=centroids,
-        )
+        try:
+            calibration, declared = calibrate(
+                policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs, extra,
+                frontier=config.mix_operating_points, centroids=centroids,
+            )
+        except UnreachableTauRange as exc:
+            raise ValueError(unreachable_range_message(exc, tau_range, config, init_manifest is not None, n_val, n_oof)) from exc
     else:
         calibration, declared = TauCalibration(), tau_range
     model.to("cpu")

@@ -157,3 +157,46 @@ def test_save_artifact_records_a_bundled_encoder_already_in_place(tmp_path, buil
         "sub/table.bin": file_sha256(tmp_path / "out" / "encoder" / "sub" / "table.bin"),
         "vocab.txt": file_sha256(tmp_path / "out" / "encoder" / "vocab.txt"),
     }
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"high": -1}, "cost_normalization.low must be <= cost_normalization.high"),
+        ({"low": 0.01, "high": 0.001}, "cost_normalization.low must be <= cost_normalization.high"),
+        ({"high": float("inf")}, "cost_normalization.low/high must be finite numbers"),
+        ({"low": None}, "cost_normalization.low must be a number; got None"),
+        ({"high": "lots"}, "cost_normalization.high must be a number; got 'lots'"),
+        ({"low": 0.0, "high": 0.001}, r"cost_normalization.low must be > 0 in usd_per_call space"),
+        ({"momentum": 1.5}, r"cost_normalization.momentum must lie in \[0, 1\)"),
+        ({"lower_percentile": 95.0, "upper_percentile": 5.0}, "lower_percentile and upper_percentile"),
+        ({"scale": 2.0}, r"cost_normalization has unknown field\(s\) \['scale'\]"),
+    ],
+)
+def test_a_corrupted_cost_normalization_is_refused_naming_the_field(make_artifact, changes, message):
+    from litellm_proteus.predictor import ProteusPredictor
+
+    directory = make_artifact(["a", "b"])
+    norm = {"space": "usd_per_call", "low": 4.6e-05, "high": 3e-03, "lower_percentile": 5.0, "upper_percentile": 95.0,
+            "momentum": 0.9}
+    _edit_manifest(directory, cost_normalization=norm)
+    assert read_manifest(directory).cost_normalizer.high == 3e-03  # the intact bounds load
+    _edit_manifest(directory, cost_normalization={**norm, **changes})
+    with pytest.raises(ArtifactError, match=message):
+        read_manifest(directory)
+    with pytest.raises(ArtifactError, match=message):
+        ProteusPredictor(directory, device="cpu")
+
+
+def test_equal_cost_bounds_load_and_normalise_every_cost_to_zero(make_artifact):
+    directory = make_artifact(["a", "b"])
+    _edit_manifest(directory, cost_normalization={"space": "usd_per_call", "low": 0.001, "high": 0.001})
+    assert read_manifest(directory).cost_normalizer.normalize([0.001, 0.002]).tolist() == [0.0, 1.0]
+
+
+def test_the_bundled_artifacts_cost_normalization_loads():
+    bundled = [DEFAULT_ARTIFACT_DIR, *sorted(p for p in (Path(DEFAULT_ARTIFACT_DIR).parent / "artifacts").iterdir() if p.is_dir())]
+    assert len(bundled) >= 2
+    for directory in bundled:
+        norm = read_manifest(directory).cost_normalizer
+        assert 0 < norm.low < norm.high

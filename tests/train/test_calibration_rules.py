@@ -4,6 +4,7 @@ offline routing (``route_log``) reproducing the proxy's rule choices."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from litellm_proteus.artifact import TauCalibration, load_artifact
 from litellm_proteus.operating_points import POLICY, OperatingPoint
@@ -100,3 +101,20 @@ def test_route_log_reproduces_the_proxy_with_rules(make_artifact):
         assert offline.tolist() == [x.slot for x in online]
         # the rules did route (without draws, the step table reaches slot 0 only at tau 0.7 exactly)
         assert len({x.rule for x in online}) == (3 if d is not None else 2)
+
+
+def test_a_range_whose_bottom_no_point_reaches_is_refused_with_the_best_accuracy():
+    from proteus_train.calibration import UnreachableTauRange
+
+    taus = np.array([0.95, 0.96, 0.97, 0.98])
+    acc = np.array([0.85, 0.86, 0.87, 0.86])
+    # the envelope trusts 0.86 at most (0.97's 0.87 is not: 0.98 gives 0.86)
+    with pytest.raises(UnreachableTauRange, match="the best accuracy an operating point reaches is 0.8600") as caught:
+        calibrate(taus, acc, 0.01, 0.0025, costs_usd=np.array([1.0, 2.0, 3.0, 4.0]))
+    assert caught.value.best == pytest.approx(0.86) and caught.value.reachable == pytest.approx(0.85)
+    # a rule point that reaches the bottom + margin gives the range its bottom
+    table, declared = calibrate(taus, acc, 0.01, 0.0025, np.array([1.0, 2.0, 3.0, 4.0]),
+                                extra=[CandidatePoint(SLOT0, 0.965, 5.0)])
+    assert declared == (0.95, 0.955)
+    with pytest.raises(UnreachableTauRange, match="reaches is 0.0000"):  # every score 0
+        calibrate(np.array([0.01, 0.02]), np.zeros(2), 0.005, 0.0025)

@@ -109,7 +109,7 @@ def test_bad_tau_range_is_refused(trained, tmp_path):
         [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(data), "--out", str(tmp_path / "x"),
          "--tau-range", "0.9", "0.8"], capture_output=True, text=True, timeout=120,
     )
-    assert done.returncode != 0 and "--tau-range" in done.stderr
+    assert done.returncode == 2 and "error: --tau-range" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_artifacts_are_readable_by_other_users(trained):
@@ -185,7 +185,7 @@ def test_logs_without_costs_train_with_a_user_price_table(tmp_path, tiny_bert):
     assert missing.returncode != 0 and "model-a" in missing.stderr  # no price: the model is named
     (tmp_path / "prices.yaml").write_text("model-a: [10.0, 30.0]\nmodel-b: [0.6, 0.6]\n")
     run_train(tmp_path / "evals.csv", tmp_path / "out", "--format", "routellm", "--prices", str(tmp_path / "prices.yaml"),
-              "--encoder", str(tiny_bert))  # a tiny encoder: this test is about prices
+              "--encoder", str(tiny_bert), "--no-calibration")  # a tiny encoder and no tau calibration: this test is about prices
     _, manifest = load_artifact(tmp_path / "out")
     assert manifest.models == ["model-a", "model-b"]
     assert manifest.data.model_extra["prices"] == {"model-a": [10.0, 30.0], "model-b": [0.6, 0.6]}
@@ -312,3 +312,69 @@ def test_calibration_measures_on_at_most_calibration_rows_per_part(trained):
     assert capped_manifest["training"]["config"]["perf_epoch_rows"] == 40
     # the margin counts the rows calibration measured on: 12 per part widen it
     assert capped_manifest["calibration"]["margin"] >= manifest["calibration"]["margin"]
+
+
+def _train_main(tmp_path, capsys, *flags, data=None):
+    """``proteus train`` in this process: (exit status, stderr)."""
+    from litellm_proteus.cli import main
+
+    if data is None:
+        data = tmp_path / "logs.csv"
+        if not data.exists():
+            write_logs(data, n=30)
+    status = main(["train", "--data", str(data), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet", *flags])
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lo_hi", [["0.9", "0.8"], ["0.8", "0.8"], ["0", "0.5"], ["0.5", "1.5"], ["nan", "0.9"]])
+def test_a_tau_range_out_of_order_or_bounds_is_an_error_naming_the_flag(tmp_path, capsys, lo_hi):
+    status, err = _train_main(tmp_path, capsys, "--tau-range", *lo_hi)
+    assert status == 2 and "error: --tau-range LO HI must satisfy 0 < LO < HI <= 1" in err and "Traceback" not in err
+    assert not (tmp_path / "art").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_cannot_take_is_an_error_naming_the_flag_and_range(tmp_path, capsys, seed):
+    status, err = _train_main(tmp_path, capsys, "--seed", seed)
+    assert status == 2 and f"error: --seed must be an integer from 0 to 4294967295 (2**32 - 1); got {seed}" in err
+
+
+def test_the_seed_range_ends_are_accepted():
+    from proteus_train.config import TrainConfig
+
+    assert TrainConfig(seed=0).seed == 0 and TrainConfig(seed=2**32 - 1).seed == 2**32 - 1
+    with pytest.raises(ValueError, match="--seed must be an integer"):
+        TrainConfig(seed=1.5)
+
+
+def test_an_out_path_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    import proteus_train.pipeline as pipeline
+
+    def no_work(config):
+        raise AssertionError("the data was loaded before --out was checked")
+
+    monkeypatch.setattr(pipeline, "load_training_data", no_work)
+    write_logs(tmp_path / "logs.csv", n=30)
+    a_file = tmp_path / "art"
+    a_file.write_text("not a directory")
+    status, err = _train_main(tmp_path, capsys)
+    assert status == 2 and f"error: --out '{a_file}' is a file, not a directory" in err
+    assert a_file.read_text() == "not a directory"
+    from litellm_proteus.cli import main
+
+    status = main(["train", "--data", str(tmp_path / "logs.csv"), "--out", str(a_file / "sub"), "--quiet"])
+    assert status == 2 and f"lies under '{a_file}', which is a file" in capsys.readouterr().err
+
+
+def test_a_tau_range_no_operating_point_reaches_is_an_error_and_writes_no_artifact(tmp_path):
+    data = write_logs(tmp_path / "logs.csv", n=150)
+    out = tmp_path / "art"
+    cmd = [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(data), "--out", str(out),
+           "--steps", "60", "--perf-epochs", "5", "--oof-folds", "2", "--boost-steps", "20",
+           "--cache-dir", str(tmp_path / "cache"), "--quiet", "--tau-range", "0.97", "0.99"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "error: the declared tau range cannot be met: the best operating point reaches validation accuracy" in done.stderr
+    assert "under the bottom of --tau-range [0.9700, 0.9900]" in done.stderr
+    assert "pass a lower --tau-range, LO at most" in done.stderr and "leave --tau-range out" in done.stderr
+    assert "No artifact was written" in done.stderr and not out.exists()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -40,9 +41,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from litellm_proteus.decision_log import supersedes
 from litellm_proteus.shadow_rows import SHADOW_OF
 
-from .common import LoadOptions, Table, concat_logs, estimate_tokens, numeric_column
+from .common import LoadOptions, RoutingLogWarning, Table, concat_logs, estimate_tokens, numeric_column
 from .logs import RoutingLog
 from .routerbench import table_log
 
@@ -72,7 +74,61 @@ def _records(tables: Iterable[Table]) -> Iterable[tuple[str, dict[str, Any]]]:
             yield where, record
 
 
-def _decision_fields(where: str, record: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], int, float]:
+def _number(where: str, call_id: str, record: Mapping[str, Any], field: str, default: float) -> float:
+    """A record's numeric field (``default`` when absent), or an error naming the line, call and field."""
+    value = record.get(field, default)
+    try:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: call_id {call_id!r}: field {field!r} must be a number; got {value!r}") from None
+
+
+def _ts(where: str, call_id: str, record: Mapping[str, Any]) -> float:
+    ts = _number(where, call_id, record, "ts", 0.0)
+    if not math.isfinite(ts):
+        raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' must be a finite number (Unix seconds); got {ts}")
+    return ts
+
+
+def _cost(where: str, call_id: str, field: str, value: Any) -> float:
+    """A logged cost in USD: None (unknown) -> NaN, else a finite number >= 0 (what the wide format takes)."""
+    if value is None:
+        return math.nan
+    try:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        cost = float(value)
+    except (TypeError, ValueError):
+        cost = math.nan
+    if not (math.isfinite(cost) and cost >= 0):
+        raise ValueError(f"{where}: call_id {call_id!r}: field {field!r} must be a number >= 0 (USD per call) or null "
+                         f"for unknown; got {value!r}")
+    return cost
+
+
+def _candidates(where: str, call_id: str, candidates: list[Any]) -> list[dict[str, Any]]:
+    """Each candidate's ``slot`` (an integer >= 0), ``model`` (text) and ``cost_usd`` (NaN when unknown)."""
+    out = []
+    for j, cand in enumerate(candidates):
+        field = f"candidates[{j}]"
+        if not isinstance(cand, Mapping):
+            raise ValueError(f"{where}: call_id {call_id!r}: field {field!r} must be an object {{slot, model, cost_usd, p}}; "
+                             f"got {cand!r}")
+        for name in ("slot", "model"):
+            if cand.get(name) is None:
+                raise ValueError(f"{where}: call_id {call_id!r}: field '{field}.{name}' is missing")
+        slot = cand["slot"]
+        integral = isinstance(slot, (int, np.integer)) or (isinstance(slot, float) and slot.is_integer())
+        if isinstance(slot, bool) or not integral or int(slot) < 0:
+            raise ValueError(f"{where}: call_id {call_id!r}: field '{field}.slot' must be an integer >= 0; got {slot!r}")
+        out.append({**cand, "slot": int(slot), "model": str(cand["model"]),
+                    "cost_usd": _cost(where, call_id, f"{field}.cost_usd", cand.get("cost_usd"))})
+    return out
+
+
+def _decision_fields(where: str, call_id: str, record: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int, float]:
     candidates = record.get("candidates")
     if not isinstance(candidates, (list, tuple)) or not candidates:
         raise ValueError(f"{where}: field 'candidates' must be a non-empty list of {{slot, model, cost_usd, p}}")
@@ -80,44 +136,54 @@ def _decision_fields(where: str, record: Mapping[str, Any]) -> tuple[list[Mappin
     integral = isinstance(chosen, (int, np.integer)) or (isinstance(chosen, float) and chosen.is_integer())
     if isinstance(chosen, bool) or not integral or not 0 <= int(chosen) < len(candidates):
         raise ValueError(f"{where}: field 'chosen' must be an index into candidates (0..{len(candidates) - 1}); got {chosen!r}")
-    propensity = float(record.get("propensity", 1.0))
+    propensity = _number(where, call_id, record, "propensity", 1.0)
     if not 0 < propensity <= 1:
         raise ValueError(f"{where}: field 'propensity' must lie in (0, 1]; got {propensity}")
-    return list(candidates), int(chosen), propensity
+    return _candidates(where, call_id, list(candidates)), int(chosen), propensity
 
 
 def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, tuple[float, float, str]]]:
-    """Decisions (in ``ts`` order), outcomes by call_id and each call's latest feedback (ts, score, source)."""
+    """Decisions (in ``ts`` order), outcomes by call_id and each call's feedback (ts, score, source).
+
+    Of several records of one type for a call (a retry decides again, feedback sent twice) the
+    latest by ``ts`` is kept, a tie going to the one read later: the rule of the proxy's own reader,
+    ``litellm_proteus.decision_log.supersedes``."""
     decisions: dict[str, dict[str, Any]] = {}
     outcomes: dict[str, dict[str, Any]] = {}
-    feedback: dict[str, tuple[float, float, str]] = {}
+    feedback: dict[str, dict[str, Any]] = {}
     for where, record in _records(tables):
         call_id = str(record.get("call_id", ""))
         if not call_id:
             raise ValueError(f"{where}: field 'call_id' is missing or empty")
         kind = record["type"]
+        record = {**record, "ts": _ts(where, call_id, record), "where": where}
         if kind == "decision":
-            candidates, chosen, propensity = _decision_fields(where, record)
-            decisions[call_id] = {**record, "candidates": candidates, "chosen": chosen, "propensity": propensity,
-                                  "where": where}
+            candidates, chosen, propensity = _decision_fields(where, call_id, record)
+            record.update(candidates=candidates, chosen=chosen, propensity=propensity)
+            table = decisions
         elif kind == "outcome":
-            outcomes[call_id] = record
+            if record.get("response_cost") is not None:
+                record["response_cost"] = _cost(where, call_id, "response_cost", record["response_cost"])
+            table = outcomes
         else:
-            score = float(record.get("score", math.nan))
+            score = _number(where, call_id, record, "score", math.nan)
             if not 0 <= score <= 1:
-                raise ValueError(f"{where}: field 'score' must be a number in [0, 1]; got {record.get('score')!r}")
-            ts = float(record.get("ts", 0.0))
-            if call_id not in feedback or ts >= feedback[call_id][0]:
-                feedback[call_id] = (ts, score, str(record.get("source", "")))
-    rows = sorted(decisions.values(), key=lambda d: (float(d.get("ts", 0.0)), d["call_id"]))
-    return rows, outcomes, feedback
+                raise ValueError(f"{where}: call_id {call_id!r}: field 'score' must be a number in [0, 1]; "
+                                 f"got {record.get('score')!r}")
+            record["score"] = score
+            table = feedback
+        if supersedes(record, table.get(call_id)):
+            table[call_id] = record
+    rows = sorted(decisions.values(), key=lambda d: (d["ts"], d["call_id"]))
+    labels = {call_id: (f["ts"], f["score"], str(f.get("source", ""))) for call_id, f in feedback.items()}
+    return rows, outcomes, labels
 
 
 def _slots(rows: list[dict[str, Any]]) -> list[str]:
     names: dict[int, str] = {}
     for row in rows:
         for cand in row["candidates"]:
-            slot, model = int(cand["slot"]), str(cand["model"])
+            slot, model = cand["slot"], cand["model"]
             if names.setdefault(slot, model) != model:
                 raise ValueError(f"{row['where']}: slot {slot} is named {model!r} here and {names[slot]!r} elsewhere "
                                  "(one decision log per artifact slot layout)")
@@ -170,12 +236,26 @@ def shadow_log(tables: list[Table]) -> RoutingLog:
     return log
 
 
+def _prompt_truncated(decision: Mapping[str, Any]) -> bool:
+    return decision.get("prompt_truncated") in (True, 1)
+
+
 def bandit_log(tables: list[Table]) -> RoutingLog:
     """Decision records joined by call_id: one bandit row per decision."""
     rows, outcomes, feedback = join(tables)
     where = ", ".join(str(t.path) for t in tables[:3])
     if not rows:
         raise ValueError(f"decision log ({where}): no 'decision' records")
+    truncated = sum(1 for r in rows if _prompt_truncated(r))
+    if truncated:
+        # the logged prompt is only the head of what was routed: its embedding is not the live prompt's
+        warnings.warn(
+            f"decision log ({where}): dropped {truncated} of {len(rows)} decisions marked prompt_truncated (their "
+            "logged prompt is cut to fit the line limit, so it embeds differently from the routed prompt); a larger "
+            "decision_log max_bytes keeps their whole prompt", RoutingLogWarning, stacklevel=4)
+        rows = [r for r in rows if not _prompt_truncated(r)]
+        if not rows:
+            raise ValueError(f"decision log ({where}): every decision is marked prompt_truncated; nothing to train on")
     missing_prompt = [r["where"] for r in rows if not isinstance(r.get("prompt"), str)]
     if missing_prompt:
         raise ValueError(
@@ -192,24 +272,24 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
     chosen = np.zeros(n, dtype=np.int64)
     for i, row in enumerate(rows):
         for cand in row["candidates"]:
-            cost = cand.get("cost_usd")
-            costs[i, index[str(cand["model"])]] = math.nan if cost is None else float(cost)
-        slot = index[str(row["candidates"][row["chosen"]]["model"])]
+            costs[i, index[cand["model"]]] = cand["cost_usd"]
+        slot = index[row["candidates"][row["chosen"]]["model"]]
         chosen[i], propensity[i] = slot, row["propensity"]
         outcome = outcomes.get(row["call_id"], {})
         if outcome.get("response_cost") is not None:
-            costs[i, slot] = float(outcome["response_cost"])
+            costs[i, slot] = outcome["response_cost"]
         if row["call_id"] in feedback:
             scores[i, slot] = feedback[row["call_id"]][1]
     prompts = [r["prompt"] for r in rows]
     split = prompt_split(prompts)
-    ts = [float(r.get("ts", 0.0)) for r in rows]
+    ts = [r["ts"] for r in rows]
     labelled = np.isfinite(scores).any(axis=1)
     provenance = {
         "format": FORMAT,
         "first_decision_utc": _utc(min(ts)),
         "last_decision_utc": _utc(max(ts)),
         "n_decisions": n,
+        "n_prompt_truncated_dropped": truncated,
         "n_outcomes": sum(1 for r in rows if r["call_id"] in outcomes),
         "n_labelled": int(labelled.sum()),
         "label_share": round(float(labelled.mean()), 6),

@@ -91,3 +91,106 @@ def test_with_models_reorders_to_an_artifacts_slots(tmp_path):
     assert np.isnan(log.scores[:, 1]).all() and log.scores[0, 2] == 1.0
     with pytest.raises(ValueError, match="not among"):
         log.with_models(["big", "mid"])
+
+
+def _without(record, *path):
+    """A copy of ``record`` without the field at ``path`` (e.g. "candidates", 1, "slot")."""
+    record = json.loads(json.dumps(record))
+    holder = record
+    for key in path[:-1]:
+        holder = holder[key]
+    del holder[path[-1]]
+    return record
+
+
+def test_a_negative_candidate_cost_is_refused_naming_the_file_call_and_field(tmp_path):
+    bad = decision("neg", 1.0, 0)
+    bad["candidates"][1]["cost_usd"] = -0.5
+    path = write(tmp_path / "decisions-x.jsonl", [decision("ok", 0.5, 1), bad, feedback("neg", 2.0, 1.0)])
+    with pytest.raises(ValueError, match=r"decisions-x\.jsonl:2: call_id 'neg': field 'candidates\[1\]\.cost_usd' "
+                                         r"must be a number >= 0"):
+        load_logs(path)
+
+
+def test_a_negative_response_cost_is_refused(tmp_path):
+    outcome = {"schema": 1, "type": "outcome", "call_id": "a", "ts": 1.5, "success": True, "response_cost": -1.0}
+    path = write(tmp_path / "decisions-x.jsonl", [decision("a", 1.0, 0), outcome, feedback("a", 2.0, 1.0)])
+    with pytest.raises(ValueError, match=r"call_id 'a': field 'response_cost' must be a number >= 0"):
+        load_logs(path)
+
+
+def test_a_candidate_without_slot_or_model_is_named(tmp_path):
+    for field, line in (("slot", 2), ("model", 2)):
+        bad = _without(decision("noslot", 1.0, 0), "candidates", 2, field)
+        path = write(tmp_path / "decisions-x.jsonl", [decision("ok", 0.5, 1), bad, feedback("noslot", 2.0, 1.0)])
+        with pytest.raises(ValueError, match=rf"decisions-x\.jsonl:{line}: call_id 'noslot': field 'candidates\[2\]\.{field}' "
+                                             "is missing"):
+            load_logs(path)
+
+
+def test_a_candidate_without_slot_ends_proteus_train_with_exit_2(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    bad = _without(decision("noslot", 1.0, 0), "candidates", 0, "slot")
+    path = write(tmp_path / "decisions-x.jsonl", [bad, feedback("noslot", 2.0, 1.0)])
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "call_id 'noslot'" in err and "candidates[0].slot" in err and "Traceback" not in err
+    assert not (tmp_path / "art").exists()
+
+
+@pytest.mark.parametrize("record, field, value", [
+    (feedback("a", 2.0, "yes"), "score", "yes"),
+    (feedback("a", "yesterday", 1.0), "ts", "yesterday"),
+    ({**decision("a", 1.0, 0), "ts": "yesterday"}, "ts", "yesterday"),
+])
+def test_a_field_that_is_not_a_number_is_named_with_its_line(tmp_path, record, field, value):
+    records = [decision("a", 1.0, 0), feedback("a", 2.0, 1.0)]
+    records[0 if record["type"] == "decision" else 1] = record
+    path = write(tmp_path / "decisions-x.jsonl", [decision("b", 0.5, 1), *records])
+    line = 2 if record["type"] == "decision" else 3
+    with pytest.raises(ValueError, match=rf"decisions-x\.jsonl:{line}: call_id 'a': field '{field}' must be a number; "
+                                         rf"got '{value}'"):
+        load_logs(path)
+
+
+def test_a_repeated_call_id_keeps_its_latest_records_by_ts_like_join_log(tmp_path):
+    from litellm_proteus.decision_log import join_log
+
+    # the retried decision (chosen 2, ts 5) sits *before* the first attempt (chosen 0, ts 1) in the file
+    retry = decision("r", 5.0, 2, propensity=0.5)
+    first = decision("r", 1.0, 0)
+    outcome = lambda ts, cost: {"schema": 1, "type": "outcome", "call_id": "r", "ts": ts, "success": True,  # noqa: E731
+                                "response_cost": cost, "latency_ms": 1.0, "error": None}
+    records = [retry, outcome(5.5, 0.9), first, outcome(1.5, 0.1), feedback("r", 9.0, 1.0), feedback("r", 6.0, 0.0)]
+    records += [decision(f"o{i}", 2.0 + i, 1, prompt=f"p{i}") for i in range(3)] + [feedback(f"o{i}", 9.0, 0.0) for i in range(3)]
+    write(tmp_path / "decisions-20260101T000000-1-0.jsonl", records)
+    log = load_logs(tmp_path)
+    row = log.sample_ids.index("r")
+    assert log.logged_choice[row] == 2 and log.propensity[row] == 0.5  # the decision with the later ts
+    assert log.costs[row, 2] == pytest.approx(0.9)  # its outcome: the one with the later ts
+    assert log.scores[row, 2] == 1.0  # the feedback with the later ts
+    assert log.provenance["n_decisions"] == 4
+    served = {d.call_id: d for d in join_log(tmp_path)}
+    assert served["r"].decision["chosen"] == log.logged_choice[row]
+    assert served["r"].outcome["response_cost"] == log.costs[row, 2] and served["r"].feedback == log.scores[row, 2]
+
+
+def test_a_repeated_call_id_with_equal_ts_keeps_the_record_read_last(tmp_path):
+    records = [decision("r", 1.0, 0), decision("r", 1.0, 1), feedback("r", 2.0, 1.0)]
+    log = load_logs(write(tmp_path / "decisions-x.jsonl", records))
+    assert len(log) == 1 and log.logged_choice.tolist() == [1]
+
+
+def test_decisions_with_a_cut_prompt_are_dropped_with_a_warning_that_counts_them(tmp_path):
+    records = [decision(f"c{i}", float(i), i % 3, prompt=f"prompt {i}") for i in range(8)]
+    for i in (1, 4, 6):
+        records[i] = {**records[i], "prompt": "prom", "prompt_truncated": True}
+    records += [feedback(f"c{i}", 20.0, 1.0) for i in range(8)]
+    with pytest.warns(RoutingLogWarning, match="dropped 3 of 8 decisions marked prompt_truncated"):
+        log = load_logs(write(tmp_path / "decisions-x.jsonl", records))
+    assert log.sample_ids == [f"c{i}" for i in (0, 2, 3, 5, 7)]
+    assert "prom" not in log.prompts and log.provenance["n_prompt_truncated_dropped"] == 3
+    every = [{**r, "prompt_truncated": True} if r["type"] == "decision" else r for r in records]
+    with pytest.raises(ValueError, match="every decision is marked prompt_truncated"), pytest.warns(RoutingLogWarning):
+        load_logs(write(tmp_path / "decisions-x.jsonl", every))
