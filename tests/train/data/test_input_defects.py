@@ -118,19 +118,17 @@ def test_no_warning_when_every_score_column_has_its_cost(tmp_path):
         assert load_logs([write_frame(frame(), tmp_path / "logs.csv")]).models == RB_MODELS
 
 
-def test_duplicate_column_names_in_a_csv_are_an_error_naming_them(tmp_path):
-    path = tmp_path / "logs.csv"
-    path.write_text("prompt,a,a,b,a|total_cost,a|total_cost,b|total_cost\n"
-                    "q1,1,0,1,0.1,0.2,0.3\nq2,0,0,1,0.1,0.2,0.3\n")
-    with pytest.raises(ValueError, match=r"logs\.csv: duplicate column name\(s\) \['a', 'a\|total_cost'\]"):
-        load_logs([path])
-
-
-def test_duplicate_keys_in_a_jsonl_record_are_an_error(tmp_path):
-    path = tmp_path / "logs.jsonl"
-    path.write_text('{"prompt": "q", "a": 1, "b": 1, "a|total_cost": 0.1, "b|total_cost": 0.2}\n'
-                    '{"prompt": "r", "a": 1, "a": 0, "b": 1, "a|total_cost": 0.1, "b|total_cost": 0.2}\n')
-    with pytest.raises(ValueError, match=r"logs\.jsonl:2: duplicate key\(s\) \['a'\]"):
+@pytest.mark.parametrize("name, text, match", [
+    ("logs.csv", "prompt,a,a,b,a|total_cost,a|total_cost,b|total_cost\nq1,1,0,1,0.1,0.2,0.3\nq2,0,0,1,0.1,0.2,0.3\n",
+     r"logs\.csv: duplicate column name\(s\) \['a', 'a\|total_cost'\]"),
+    ("logs.jsonl", '{"prompt": "q", "a": 1, "b": 1, "a|total_cost": 0.1, "b|total_cost": 0.2}\n'
+                   '{"prompt": "r", "a": 1, "a": 0, "b": 1, "a|total_cost": 0.1, "b|total_cost": 0.2}\n',
+     r"logs\.jsonl:2: duplicate key\(s\) \['a'\]"),
+])
+def test_duplicate_columns_or_keys_are_an_error_naming_them(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
         load_logs([path])
 
 
