@@ -185,6 +185,7 @@ def calibrate(
     extra: list[CandidatePoint] | None = None,
     frontier: bool = True,
     centroids: np.ndarray | None = None,
+    strict: bool = True,
 ) -> tuple[TauCalibration, tuple[float, float]]:
     """Monotone table requested tau -> smallest policy tau whose validation accuracy (made
     non-decreasing from above: acc_c(t) = min_{t' >= t} acc(t')) reaches requested + margin.
@@ -196,7 +197,8 @@ def calibrate(
     fallback policy tau is the cheapest grid point at least as accurate (else the grid's top).
 
     Declared range: from the training range's lower end up to the highest requested tau reachable.
-    ``UnreachableTauRange`` when no point reaches the lower end + margin (no range to declare).
+    ``UnreachableTauRange`` when no point reaches the lower end + margin (no range to declare);
+    with ``strict`` False the range's first step is declared anyway (the caller says it cannot be met).
     """
     extra = list(extra or [])
     if extra and costs_usd is None:
@@ -210,7 +212,7 @@ def calibrate(
     lo = float(policy_taus[0])
     best = max([float(conservative.max(initial=-np.inf))] + [p.accuracy for p in extra])
     top = best - margin
-    if not top >= lo - 1e-9:  # not even the range's bottom is met: no range to declare (NaN included)
+    if strict and not top >= lo - 1e-9:  # not even the range's bottom is met: no range to declare (NaN included)
         raise UnreachableTauRange(best, lo, margin)
     hi = max(top, lo + step)
     requested = np.round(np.arange(lo, hi + 1e-9, step), 6)

@@ -173,7 +173,7 @@ def unreachable_range_message(exc: UnreachableTauRange, tau_range: tuple[float, 
                "no model is right often enough for any accuracy target: check the routing log's scores (all 0?)")
     return (f"the declared tau range cannot be met: the best operating point reaches validation accuracy {exc.best:.4f} "
             f"({n_val} validation + {n_oof} out-of-fold rows), under the bottom of {source} "
-            f"[{tau_range[0]:.4f}, {tau_range[1]:.4f}] + margin {exc.margin:.4f}; {fix}. No artifact was written")
+            f"[{tau_range[0]:.4f}, {tau_range[1]:.4f}] + margin {exc.margin:.4f}; {fix}")
 
 
 def check_out_dir(out_dir: str | os.PathLike) -> None:
@@ -359,13 +359,18 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
                 policy_taus, tau_range, config,
             )
         frontier_costs = pooled.cost_usd if (config.mix_operating_points or extra) else None
+        arguments = (policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs, extra)
+        options = dict(frontier=config.mix_operating_points, centroids=centroids)
         try:
-            calibration, declared = calibrate(
-                policy_taus, calibration_acc, margin, config.calibration_step, frontier_costs, extra,
-                frontier=config.mix_operating_points, centroids=centroids,
-            )
+            calibration, declared = calibrate(*arguments, **options)
         except UnreachableTauRange as exc:
-            raise ValueError(unreachable_range_message(exc, tau_range, config, init_manifest is not None, n_val, n_oof)) from exc
+            message = unreachable_range_message(exc, tau_range, config, init_manifest is not None, n_val, n_oof)
+            if config.tau_range or init_manifest is not None:  # a range the operator asked for: refuse it
+                raise ValueError(f"{message}. No artifact was written") from exc
+            # the range derived from small data: the artifact is written, and says what it cannot keep
+            calibration, declared = calibrate(*arguments, **options, strict=False)
+            log.warning("%s. The artifact declares [%.4f, %.4f]; the live controller flags its tiers infeasible",
+                        message, *declared)
     else:
         calibration, declared = TauCalibration(), tau_range
     model.to("cpu")

@@ -378,3 +378,15 @@ def test_a_tau_range_no_operating_point_reaches_is_an_error_and_writes_no_artifa
     assert "under the bottom of --tau-range [0.9700, 0.9900]" in done.stderr
     assert "pass a lower --tau-range, LO at most" in done.stderr and "leave --tau-range out" in done.stderr
     assert "No artifact was written" in done.stderr and not out.exists()
+
+
+def test_a_derived_tau_range_small_data_cannot_keep_is_written_with_a_warning_naming_the_lo(tmp_path):
+    data = write_logs(tmp_path / "logs.csv", n=150)
+    out = tmp_path / "art"
+    cmd = [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(data), "--out", str(out),
+           "--steps", "60", "--perf-epochs", "5", "--oof-folds", "2", "--boost-steps", "20",
+           "--cache-dir", str(tmp_path / "cache"), "--calibration-z", "6"]  # a margin no operating point clears
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the declared tau range cannot be met" in done.stderr and "pass --tau-range with LO at most" in done.stderr
+    assert "the live controller flags its tiers infeasible" in done.stderr and (out / "manifest.json").exists()
