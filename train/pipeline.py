@@ -369,7 +369,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
                 raise ValueError(f"{message}. No artifact was written") from exc
             # the range derived from small data: the artifact is written, and says what it cannot keep
             calibration, declared = calibrate(*arguments, **options, strict=False)
-            log.warning("%s. The artifact declares [%.4f, %.4f]; the live controller flags its tiers infeasible",
+            log.warning("%s. The artifact declares [%.4f, %.4f], which its validation rows cannot vouch for",
                         message, *declared)
     else:
         calibration, declared = TauCalibration(), tau_range

@@ -389,4 +389,4 @@ def test_a_derived_tau_range_small_data_cannot_keep_is_written_with_a_warning_na
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the declared tau range cannot be met" in done.stderr and "pass --tau-range with LO at most" in done.stderr
-    assert "the live controller flags its tiers infeasible" in done.stderr and (out / "manifest.json").exists()
+    assert "which its validation rows cannot vouch for" in done.stderr and (out / "manifest.json").exists()
