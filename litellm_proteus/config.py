@@ -280,26 +280,37 @@ class ProteusConfig(BaseModel):
             return cls.model_validate(raw)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}"
-                + (f" (allowed: {_allowed_fields(cls, e['loc'])})" if e["type"] == "extra_forbidden" else "")
-                + (f" (allowed: {_allowed_values(cls, e['loc'])})" if e["type"].endswith(("_parsing", "_type"))
-                   and _allowed_values(cls, e["loc"]) else "")
+                f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg'].removeprefix('Value error, ')}{_allowed(cls, e)}"
                 for e in exc.errors()
             )
             raise ProteusConfigError(f"invalid PROTEUS config: {problems}") from exc
 
 
-def _field_at(model: type[BaseModel], loc: tuple) -> Any:
-    """The pydantic FieldInfo at ``loc`` through nested settings models (None where loc leaves them)."""
-    field = None
-    for part in loc:
-        if model is None or str(part) not in model.model_fields:
-            return None
-        field = model.model_fields[str(part)]
-        annotation = field.annotation
+def _allowed(model: type[BaseModel], error: dict) -> str:
+    """What an error's field takes: the field names for an unknown key, the type and bounds for a
+    value of the wrong type ("" when neither says more)."""
+    if error["type"] == "extra_forbidden":
+        return f" (allowed: {_allowed_fields(model, error['loc'])})"
+    values = _allowed_values(model, error["loc"]) if error["type"].endswith(("_parsing", "_type")) else ""
+    return f" (allowed: {values})" if values else ""
+
+
+def _model_at(model: type[BaseModel], path: tuple) -> type[BaseModel] | None:
+    """The nested settings model a field path leads to (None where it leaves them)."""
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
         nested = [a for a in (*getattr(annotation, "__args__", ()), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = nested[0] if nested else None
-    return field
+        if not nested:
+            return None
+        model = nested[0]
+    return model
+
+
+def _field_at(model: type[BaseModel], loc: tuple) -> Any:
+    """The pydantic FieldInfo at ``loc`` (None where loc leaves the settings models)."""
+    owner = _model_at(model, loc[:-1])
+    return owner.model_fields.get(str(loc[-1])) if owner is not None and loc else None
 
 
 def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
@@ -315,13 +326,8 @@ def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
     """The field names allowed where an unknown key ``loc`` appeared (nested settings models too)."""
-    for part in loc[:-1]:
-        annotation = model.model_fields[str(part)].annotation if str(part) in model.model_fields else None
-        nested = [a for a in (*getattr(annotation, "__args__", ()), annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not nested:
-            return []
-        model = nested[0]
-    return sorted(model.model_fields)
+    owner = _model_at(model, loc[:-1])
+    return sorted(owner.model_fields) if owner is not None else []
 
 
 def load_config_file(path: str, redis_url: str | None = None) -> ProteusConfig:
