@@ -33,6 +33,7 @@ from typing import Any
 
 from .config import DecisionLogSettings
 from .decision_log import feedback_record, iter_records, log_file_name
+from .request import short_repr
 
 FEEDBACK_ROUTE = "/proteus/feedback"
 FEEDBACK_SOURCES_MAX_LEN = 64
@@ -50,17 +51,8 @@ FEEDBACK_FIELDS = ("call_id", "score", "source")  # a feedback body's fields; so
 CALL_ID_MAX_LEN = 256
 
 
-def _shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters (a client may send a 100,000-digit number)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int past sys.get_int_max_str_digits()
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def parse_score(score: Any) -> float:
-    bad = FeedbackError(f"score must be a number in [0, 1]; got {_shown(score)}", 400, "score")
+    bad = FeedbackError(f"score must be a number in [0, 1]; got {short_repr(score)}", 400, "score")
     if isinstance(score, bool) or not isinstance(score, (int, float)):
         raise bad
     if isinstance(score, int):  # exact: float() of a huge int overflows
@@ -75,7 +67,7 @@ def parse_call_id(call_id: Any) -> str:
     if not isinstance(call_id, str) or not call_id or len(call_id) > CALL_ID_MAX_LEN:
         raise FeedbackError(
             f"call_id must be the request's litellm_call_id (the x-litellm-call-id response header, at most "
-            f"{CALL_ID_MAX_LEN} characters); got {_shown(call_id)}",
+            f"{CALL_ID_MAX_LEN} characters); got {short_repr(call_id)}",
             400,
             "call_id",
         )
@@ -86,7 +78,7 @@ def parse_source(source: Any) -> str:
     if not isinstance(source, str) or not source or len(source) > FEEDBACK_SOURCES_MAX_LEN:
         raise FeedbackError(
             f"source must be a non-empty string of at most {FEEDBACK_SOURCES_MAX_LEN} characters (e.g. 'api', "
-            f"'judge'); got {_shown(source)}",
+            f"'judge'); got {short_repr(source)}",
             400,
             "source",
         )
@@ -100,7 +92,7 @@ def parse_feedback_body(body: Any, default_source: str = "api") -> tuple[str, fl
         raise FeedbackError(f'body must be a JSON object {{"call_id": ..., "score": 0..1}}; got {type(body).__name__}', 400)
     unknown = [key for key in body if key not in FEEDBACK_FIELDS]
     if unknown:
-        names = ", ".join(_shown(key, 40) for key in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        names = ", ".join(short_repr(key, 40) for key in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise FeedbackError(
             f"unknown field{'s' if len(unknown) > 1 else ''} {names}: a feedback body has call_id, score "
             f"(a number in [0, 1]) and optionally source",
@@ -242,14 +234,14 @@ def _post_feedback(url: str, body: dict[str, Any], api_key: str | None, timeout_
     import httpx
 
     if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
-        raise FeedbackError(f"proxy URL {_shown(url)} needs http:// or https:// (e.g. http://127.0.0.1:4000)", 400)
+        raise FeedbackError(f"proxy URL {short_repr(url)} needs http:// or https:// (e.g. http://127.0.0.1:4000)", 400)
     target = url.rstrip("/") + FEEDBACK_ROUTE
     try:
         response = httpx.post(
             target, json=body, headers={"Authorization": f"Bearer {api_key}"} if api_key else {}, timeout=timeout_s
         )
     except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError) as exc:  # UnicodeError: a host label over 63 characters
-        raise FeedbackError(f"proxy URL {_shown(url)} is malformed ({type(exc).__name__}: {exc}); e.g. http://127.0.0.1:4000",
+        raise FeedbackError(f"proxy URL {short_repr(url)} is malformed ({type(exc).__name__}: {exc}); e.g. http://127.0.0.1:4000",
                             400) from exc
     except httpx.HTTPError as exc:
         raise FeedbackError(f"cannot reach the proxy at {target}: {type(exc).__name__}: {exc or 'no answer'}", 503) from exc
@@ -258,11 +250,11 @@ def _post_feedback(url: str, body: dict[str, Any], api_key: str | None, timeout_
     except ValueError:
         if response.status_code == 200:
             raise FeedbackError(f"the answer from {target} (HTTP 200) is not JSON, so not a PROTEUS proxy's: "
-                                f"{_shown(response.text[:200], 200)}; pass the proxy's base URL", 502) from None
+                                f"{short_repr(response.text[:200], 200)}; pass the proxy's base URL", 502) from None
         answer = {"error": {"message": response.text[:500]}}
     if response.status_code == 200 and not isinstance(answer, dict):
         raise FeedbackError(f"the answer from {target} (HTTP 200) is not a JSON object, so not a PROTEUS proxy's: "
-                            f"{_shown(answer, 200)}", 502)
+                            f"{short_repr(answer, 200)}", 502)
     if response.status_code != 200:
         error = answer.get("error") if isinstance(answer, dict) else None
         message = error.get("message") if isinstance(error, dict) else None
