@@ -193,6 +193,13 @@ class ProteusConfig(BaseModel):
         description="prompt tokens in c_i: 'chars' = ceil(characters / 4), training's estimate (no tokenizer); "
         "'litellm' = litellm.token_counter (cl100k_base, ~31 MiB per worker)",
     )
+    rule_price_limit: float | None = Field(
+        10.0,
+        gt=1.0,
+        description="the fixed operating points (single-model, cluster ladders) route to a deployment only "
+        "while its live price is at most this multiple of the training price they were chosen at; dearer, the "
+        "policy, which reads live prices, decides. null = no limit",
+    )
     log_decisions: bool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,

@@ -12,8 +12,11 @@ is one of these rules, applied to the live candidates after p and mu are compute
 - ``cluster``: the request's nearest cluster centroid of the encoder embedding (``centroids``,
   stored in the artifact) names a slot (``cluster_slots``): a task-level ladder.
 
-A rule whose slot has no live candidate (the deployment was removed or is cooling down) falls back to
-the policy at the point's ``policy_tau``, stored next to it in the calibration.  This module is
+A rule whose slot has no live candidate (the deployment was removed or is cooling down), or only
+candidates whose live price is far above the training price the rule was chosen at
+(``priced_as_trained``, see ``engine.DecisionEngine.priced_as_trained``), falls back to the policy at
+the point's ``policy_tau``, stored next to it in the calibration: the cheapest policy-grid point at
+least as accurate, which reads live prices.  The quality rule ignores price, as the policy's top does.  This module is
 numpy only: the proxy (``predictor.py``) and offline evaluation (``train/routing.route_log``) apply
 rules through the same ``apply_rules``, so they route identically.
 """
@@ -81,11 +84,13 @@ def apply_rules(
     valid: np.ndarray,
     embeddings: np.ndarray | None = None,
     centroids: np.ndarray | None = None,
+    priced_as_trained: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy).
 
     All [B, W] arrays cover each request's candidates (padded; ``valid`` marks the real ones):
-    predicted correctness ``p``, boost ``b`` of each candidate's slot, ``slots`` and live ``costs``.
+    predicted correctness ``p``, boost ``b`` of each candidate's slot, ``slots`` and live ``costs``;
+    ``priced_as_trained`` (default: all) the candidates slot and cluster rules may pick.
     ``embeddings`` [B, D] and ``centroids`` [C, D] are needed only by cluster rules."""
     n = len(rules)
     choice = np.full(n, NO_CHOICE, dtype=np.int64)
@@ -103,7 +108,8 @@ def apply_rules(
     by_slot = kinds != "quality"
     by_slot &= kinds != "policy"
     if by_slot.any():
-        choice[by_slot] = _cheapest_of_slot(target[by_slot], slots[by_slot], costs[by_slot], valid[by_slot])
+        pickable = valid if priced_as_trained is None else valid & priced_as_trained
+        choice[by_slot] = _cheapest_of_slot(target[by_slot], slots[by_slot], costs[by_slot], pickable[by_slot])
     quality = np.flatnonzero(kinds == "quality")
     if quality.size:
         value = np.where(valid[quality], p[quality] + boost[quality], -np.inf)

@@ -31,6 +31,23 @@ def test_rules_pick_among_live_candidates():
     assert apply_rules([POLICY, quality], p, boost, slots, costs, valid).tolist() == [NO_CHOICE, 0]
 
 
+def test_slot_and_cluster_rules_skip_deployments_priced_above_training_quality_does_not():
+    slots = np.array([[0, 2, 2], [0, 1, 2]])
+    costs = np.array([[1.0, 3.0, 2.0], [1.0, 2.0, 3.0]])
+    p = np.array([[0.2, 0.9, 0.9], [0.5, 0.4, 0.9]])
+    boost, valid = np.zeros_like(p), np.ones_like(p, dtype=bool)
+    as_trained = np.array([[True, True, False], [True, True, False]])
+    rule = OperatingPoint(kind="slot", slot=2)
+    # request 0: the cheaper slot-2 deployment is repriced -> the other one; request 1: none left -> policy
+    assert apply_rules([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained).tolist() == [1, NO_CHOICE]
+    embeddings, centroids = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
+    ladder = OperatingPoint(kind="cluster", cluster_slots=[0, 2])  # row 0 -> slot 0, row 1 -> slot 2 (repriced)
+    picked = apply_rules([ladder, ladder], p, boost, slots, costs, valid, embeddings, centroids, as_trained)
+    assert picked.tolist() == [0, NO_CHOICE]
+    quality = OperatingPoint(kind="quality")  # the top buys quality at any price, as the policy's top does
+    assert apply_rules([quality, quality], p, boost, slots, costs, valid, priced_as_trained=as_trained).tolist() == [2, 2]
+
+
 def test_cluster_rule_maps_the_nearest_centroid_to_a_slot():
     centroids = np.array([[1.0, 0.0], [0.0, 1.0]])
     emb = np.array([[0.9, 0.1], [0.2, 0.8]])
@@ -124,6 +141,10 @@ def test_predictor_applies_rule_points_and_falls_back_to_the_policy(make_artifac
     for draws in ([0.99] * 4, None):  # the frontier's point, and the table's entry at tau 0.7
         without = predictor.decide_embeddings(emb, [0.7] * 4, [[live[0], live[2]]] * 4, draws)
         assert {d.rule for d in without} == {"policy"} and all(d.policy_tau == 0.7 for d in without)
+    # slot 1 live but priced far above training -> the policy at the point's policy tau, too
+    repriced = [live[0], Candidate(1, 5e-2, priced_as_trained=False), live[2]]
+    dearer = predictor.decide_embeddings(emb, [0.7] * 4, [repriced] * 4, [0.99] * 4)
+    assert {d.rule for d in dearer} == {"policy"} and all(d.policy_tau == 0.7 for d in dearer)
     # without draws, the step table: tau 0.85 -> the 0.9 entry (quality) -> argmax p + b
     quality = predictor.decide_embeddings(emb, [0.85] * 4, [live] * 4)
     p_plus_b = np.array([d.p for d in quality]) + predictor.network.boost[None, :]
