@@ -194,11 +194,11 @@ class ProteusConfig(BaseModel):
         "'litellm' = litellm.token_counter (cl100k_base, ~31 MiB per worker)",
     )
     rule_price_limit: float | None = Field(
-        10.0,
+        1.5,
         gt=1.0,
-        description="the fixed operating points (single-model, cluster ladders) route to a deployment only "
-        "while its live price is at most this multiple of the training price they were chosen at; dearer, the "
-        "policy, which reads live prices, decides. null = no limit",
+        description="a single-model or cluster operating point whose pick's live price is past this multiple of the "
+        "training price the point was chosen at takes the cheapest candidate predicted at least as accurate "
+        "instead; null = never",
     )
     log_decisions: bool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")

@@ -166,9 +166,9 @@ class DecisionEngine:
         return (tokens_in * prices.input_per_token + self.avg_output_tokens[slot] * prices.output_per_token) / reference
 
     def priced_as_trained(self, scored: ScoredDeployment) -> bool:
-        """May the fixed operating points (single-model, cluster ladders) route to this deployment?
-        Only while its live price is at most ``rule_price_limit`` times the training price they were
-        chosen at; past it, the policy (which reads live prices) decides those requests."""
+        """Is this deployment priced as the fixed operating points (single-model, cluster ladders)
+        were chosen at: at most ``rule_price_limit`` times its training price?  Past it, a point that
+        picks it takes the cheapest candidate predicted at least as accurate (operating_points.py)."""
         limit = self.config.rule_price_limit
         return limit is None or scored.price_ratio is None or scored.price_ratio <= limit
 

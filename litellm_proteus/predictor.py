@@ -48,7 +48,7 @@ class Candidate:
     # [0, 1]) and to the raw p of eq. 2 and the operating points' quality rule
     p_offset: float = 0.0
     # False: the live price is far above the one the fixed operating points were chosen at
-    # (engine.DecisionEngine.priced_as_trained), so only the policy may pick this deployment
+    # (engine.DecisionEngine.priced_as_trained): a point picking it looks for a no dearer, no worse candidate
     priced_as_trained: bool = True
 
 
@@ -302,17 +302,17 @@ class ProteusPredictor:
         s = routing_scores(p_routed, mu, boost, self.network.gamma, self.costs.normalize(costs))
         valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
         best_all = np.where(valid, s, -np.inf).argmax(axis=1)
-        # A non-policy operating point picks among the same live candidates; a single-model or cluster
-        # rule skips those priced far above training (NO_CHOICE: the policy's pick, at the point's policy tau).
+        # A non-policy operating point picks among the same live candidates (NO_CHOICE: the policy's pick);
+        # a single-model or cluster pick priced far above training gives way to a no dearer, no worse one.
         rules = [rule for _, rule in points]
-        picked = apply_rules(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids, as_trained)
-        best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
             p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
         applied = None
         if corrected:  # the p the controller and the log see, and what clipping to [0, 1] kept of each c
             shown = np.clip(p + p_offsets, 0.0, 1.0)
             applied, p = (shown - p).tolist(), shown
+        picked = apply_rules(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids, as_trained, p)
+        best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):

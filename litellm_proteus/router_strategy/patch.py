@@ -158,9 +158,9 @@ PRICE_DRIFT = 1.5  # a live price this far from training (either way) moves the 
 def warn_price_drift(engine: DecisionEngine, model_list: list) -> dict[str, float]:
     """The deployments whose live price differs from the training price the artifact's fixed
     operating points (single-model, cluster ladders) were chosen at by more than PRICE_DRIFT either
-    way, by name: price ratio.  Said once at start-up with those past ``rule_price_limit`` (the
-    points leave them to the policy, which reads live prices): retraining puts the points back on
-    the cost frontier."""
+    way, by name: price ratio.  Said once at start-up with those past ``rule_price_limit`` (a point
+    picking one of them takes the cheapest candidate predicted at least as accurate): retraining
+    puts the points back on the cost frontier."""
     calibration = engine.manifest.calibration
     if not any(point.kind in ("slot", "cluster") for point in calibration.requested_point + calibration.frontier_point):
         return {}
@@ -177,7 +177,8 @@ def warn_price_drift(engine: DecisionEngine, model_list: list) -> dict[str, floa
             "PROTEUS: live prices differ from the prices the artifact's single-model and cluster operating points were "
             "chosen at (live / training price, per deployment): %s. Those points keep routing to a deployment up to "
             "rule_price_limit=%s times its training price%s; retrain on current prices to put them back on the cost frontier",
-            drift, limit, f"; past it they leave these to the policy, which reads live prices: {past}" if past else "",
+            drift, limit, f"; past it they take the cheapest candidate predicted at least as accurate instead of: {past}"
+            if past else "",
         )
     return drift
 

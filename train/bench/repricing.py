@@ -3,8 +3,8 @@
 
 The artifact's test split is routed at each tier with the slot's logged costs multiplied by each
 ``--factors`` entry (every other slot at its logged cost), once with the limit off (the fixed
-operating points keep routing to the slot) and once at each ``--limits`` value (past it, those
-points leave the slot to the policy, which reads the new price).  Per tier, factor and setting:
+operating points keep routing to the slot) and once at each ``--limits`` value (past it, a point
+picking the slot takes the cheapest candidate predicted at least as accurate).  Per tier, factor and setting:
 accuracy on the test split, cost per 1K requests at the new prices, and the slot's share.
 
 Prints a table and writes ``OUT/repricing.json``.
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slot", required=True, help="the model whose price rises")
     parser.add_argument("--tiers", type=float, nargs="+", default=[0.79, 0.82, 0.84])
     parser.add_argument("--factors", type=float, nargs="+", default=[2, 5, 10, 100])
-    parser.add_argument("--limits", type=float, nargs="+", default=[10.0])
+    parser.add_argument("--limits", type=float, nargs="+", default=[1.5])
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     inputs = load_inputs(args.artifact, data=[args.data])
