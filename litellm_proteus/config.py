@@ -193,6 +193,13 @@ class ProteusConfig(BaseModel):
         description="prompt tokens in c_i: 'chars' = ceil(characters / 4), training's estimate (no tokenizer); "
         "'litellm' = litellm.token_counter (cl100k_base, ~31 MiB per worker)",
     )
+    rule_price_limit: float | None = Field(
+        1.5,
+        gt=1.0,
+        description="a single-model or cluster operating point whose pick's live price is past this multiple of the "
+        "training price the point was chosen at takes the cheapest candidate predicted at least as accurate "
+        "instead; null = never",
+    )
     log_decisions: bool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,

@@ -101,6 +101,8 @@ class ScoredDeployment:
     deployment: Mapping[str, Any]
     slot: int
     prices: Prices
+    # the slot's average training request at these prices / at the training prices (None: unknown)
+    price_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,25 @@ class DecisionEngine:
         outputs = manifest.avg_output_tokens
         fallback = sum(outputs.values()) / len(outputs) if outputs else 0.0
         self.avg_output_tokens = [float(outputs.get(slot, fallback)) for slot in self.slots]
+        inputs = manifest.avg_input_tokens
+        self._avg_input_tokens = [inputs.get(slot) for slot in self.slots]
+        training_costs = manifest.training_slot_costs()
+        self._training_cost = [training_costs.get(slot) for slot in self.slots]
+
+    def price_ratio(self, slot: int, prices: Prices) -> float | None:
+        """The slot's average training request (its mean prompt and output tokens) priced at
+        ``prices``, over its mean cost at the training prices; None when the artifact lacks either."""
+        tokens_in, reference = self._avg_input_tokens[slot], self._training_cost[slot]
+        if tokens_in is None or not reference or reference <= 0:
+            return None
+        return (tokens_in * prices.input_per_token + self.avg_output_tokens[slot] * prices.output_per_token) / reference
+
+    def priced_as_trained(self, scored: ScoredDeployment) -> bool:
+        """Is this deployment priced as the fixed operating points (single-model, cluster ladders)
+        were chosen at: at most ``rule_price_limit`` times its training price?  Past it, a point that
+        picks it takes the cheapest candidate predicted at least as accurate (operating_points.py)."""
+        limit = self.config.rule_price_limit
+        return limit is None or scored.price_ratio is None or scored.price_ratio <= limit
 
     def score(self, deployment: Mapping[str, Any]) -> ScoredDeployment:
         """Slot and live prices of one deployment; DeploymentMappingError says what is missing."""
@@ -162,7 +183,7 @@ class DecisionEngine:
                 f"{deployment_id(deployment)}) has no price: set litellm_params.input_cost_per_token and "
                 "output_cost_per_token (LiteLLM's cost map does not know this model)"
             )
-        return ScoredDeployment(deployment, slot, prices)
+        return ScoredDeployment(deployment, slot, prices, self.price_ratio(slot, prices))
 
     def score_all(self, deployments: Iterable[Mapping[str, Any]]) -> tuple[list[ScoredDeployment], list[str]]:
         scored, problems = [], []
@@ -198,7 +219,7 @@ class DecisionEngine:
                 raise ValueError(f"p_offsets has {len(r.p_offsets)} entries for {len(r.candidates)} candidates")
         tokens = [self._count_tokens(r.messages, r.text) for r in requests]
         candidates = [
-            [Candidate(c.slot, self.cost_usd(c, n), r.p_offsets[i] if r.p_offsets else 0.0)
+            [Candidate(c.slot, self.cost_usd(c, n), r.p_offsets[i] if r.p_offsets else 0.0, self.priced_as_trained(c))
              for i, c in enumerate(r.candidates)]
             for r, n in zip(requests, tokens)
         ]

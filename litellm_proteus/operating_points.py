@@ -13,7 +13,11 @@ is one of these rules, applied to the live candidates after p and mu are compute
   stored in the artifact) names a slot (``cluster_slots``): a task-level ladder.
 
 A rule whose slot has no live candidate (the deployment was removed or is cooling down) falls back to
-the policy at the point's ``policy_tau``, stored next to it in the calibration.  This module is
+the policy at the point's ``policy_tau``, stored next to it in the calibration.  A slot or cluster
+rule whose pick is priced far above the training price the rule was chosen at (``priced_as_trained``,
+``engine.DecisionEngine.priced_as_trained``) takes the cheapest live candidate whose calibrated p is
+at least the pick's: never dearer than the pick, never predicted less accurate.  The quality rule
+ignores price, as the policy's top does.  This module is
 numpy only: the proxy (``predictor.py``) and offline evaluation (``train/routing.route_log``) apply
 rules through the same ``apply_rules``, so they route identically.
 """
@@ -72,6 +76,15 @@ def _cheapest_of_slot(target: np.ndarray, slots: np.ndarray, costs: np.ndarray, 
     return np.where(match.any(axis=1), pick, NO_CHOICE)
 
 
+def _no_dearer_no_worse(picked: np.ndarray, p_shown: np.ndarray, costs: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Per row: the cheapest valid candidate whose calibrated p is at least that of ``picked`` (itself
+    included), so the replacement never costs more at live prices nor is predicted less accurate."""
+    at = np.arange(len(picked))
+    ok = valid & (p_shown >= p_shown[at, picked][:, None] - 1e-12)
+    ok[at, picked] = True
+    return np.where(ok, costs, np.inf).argmin(axis=1)
+
+
 def apply_rules(
     rules: Sequence[OperatingPoint],
     p: np.ndarray,
@@ -81,12 +94,17 @@ def apply_rules(
     valid: np.ndarray,
     embeddings: np.ndarray | None = None,
     centroids: np.ndarray | None = None,
+    priced_as_trained: np.ndarray | None = None,
+    p_shown: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy).
 
     All [B, W] arrays cover each request's candidates (padded; ``valid`` marks the real ones):
     predicted correctness ``p``, boost ``b`` of each candidate's slot, ``slots`` and live ``costs``.
-    ``embeddings`` [B, D] and ``centroids`` [C, D] are needed only by cluster rules."""
+    ``embeddings`` [B, D] and ``centroids`` [C, D] are needed only by cluster rules.  With
+    ``priced_as_trained`` and ``p_shown`` (the calibrated p the decision reports), a slot or
+    cluster rule whose pick is not priced as trained picks the cheapest candidate predicted at
+    least as accurate instead (``_no_dearer_no_worse``)."""
     n = len(rules)
     choice = np.full(n, NO_CHOICE, dtype=np.int64)
     if n == 0 or all(r.kind == "policy" for r in rules):
@@ -104,6 +122,13 @@ def apply_rules(
     by_slot &= kinds != "policy"
     if by_slot.any():
         choice[by_slot] = _cheapest_of_slot(target[by_slot], slots[by_slot], costs[by_slot], valid[by_slot])
+        if priced_as_trained is not None and p_shown is not None:
+            rows = np.flatnonzero(by_slot)
+            picked = choice[rows]
+            repriced = (picked != NO_CHOICE) & ~priced_as_trained[rows, np.maximum(picked, 0)]
+            if repriced.any():
+                rows, picked = rows[repriced], picked[repriced]
+                choice[rows] = _no_dearer_no_worse(picked, p_shown[rows], costs[rows], valid[rows])
     quality = np.flatnonzero(kinds == "quality")
     if quality.size:
         value = np.where(valid[quality], p[quality] + boost[quality], -np.inf)

@@ -47,6 +47,9 @@ class Candidate:
     # the deployment correction (deployment_correction.py): added to its calibrated p (clipped to
     # [0, 1]) and to the raw p of eq. 2 and the operating points' quality rule
     p_offset: float = 0.0
+    # False: the live price is far above the one the fixed operating points were chosen at
+    # (engine.DecisionEngine.priced_as_trained): a point picking it looks for a no dearer, no worse candidate
+    priced_as_trained: bool = True
 
 
 @dataclass(frozen=True)
@@ -284,11 +287,13 @@ class ProteusPredictor:
         width = max(sizes)
         slots = np.zeros((len(candidates), width), dtype=np.int64)
         costs = np.ones((len(candidates), width), dtype=np.float64)
+        as_trained = np.zeros((len(candidates), width), dtype=bool)
         corrected = any(c.p_offset for cands in candidates for c in cands)
         p_offsets = np.zeros((len(candidates), width), dtype=np.float64) if corrected else None
         for row, cands in enumerate(candidates):
             slots[row, : sizes[row]] = [c.slot for c in cands]
             costs[row, : sizes[row]] = [c.cost_usd for c in cands]
+            as_trained[row, : sizes[row]] = [c.priced_as_trained for c in cands]
             if corrected:
                 p_offsets[row, : sizes[row]] = [c.p_offset for c in cands]
         p = np.take_along_axis(p_all, slots, axis=1)
@@ -297,16 +302,17 @@ class ProteusPredictor:
         s = routing_scores(p_routed, mu, boost, self.network.gamma, self.costs.normalize(costs))
         valid = np.arange(width)[None, :] < np.array(sizes)[:, None]
         best_all = np.where(valid, s, -np.inf).argmax(axis=1)
-        # A non-policy operating point picks among the same live candidates (NO_CHOICE: the policy's pick).
+        # A non-policy operating point picks among the same live candidates (NO_CHOICE: the policy's pick);
+        # a single-model or cluster pick priced far above training gives way to a no dearer, no worse one.
         rules = [rule for _, rule in points]
-        picked = apply_rules(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids)
-        best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         if self.manifest.p_calibration is not None:  # calibrated in slot order, then gathered per candidate like p
             p = np.take_along_axis(self.manifest.calibrated_p(p_all), slots, axis=1)
         applied = None
         if corrected:  # the p the controller and the log see, and what clipping to [0, 1] kept of each c
             shown = np.clip(p + p_offsets, 0.0, 1.0)
             applied, p = (shown - p).tolist(), shown
+        picked = apply_rules(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids, as_trained, p)
+        best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):

@@ -385,6 +385,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         cost_normalization=normalizer.to_dict(),
         avg_input_tokens=average_tokens(data.models, data.input_tokens, train_idx, 500.0),
         avg_output_tokens=average_tokens(data.models, data.output_tokens, train_idx, 256.0),
+        avg_cost_usd=dict(zip(data.models, costs[train_idx].mean(axis=0).tolist())),
         calibration=calibration,
         p_calibration=p_calibration,
         training=training_record(config, device, timings, history, lambdas),

@@ -37,6 +37,12 @@ def deployment(dep_id: str, model: str, *, slot: str | None = None, prices=(1e-6
     return {"model_name": group, "litellm_params": params, "model_info": info}
 
 
+def manifest_double(avg_output_tokens=None, avg_input_tokens=None, training_costs=None):
+    """The manifest fields the engine reads: slots, average tokens, training prices per slot."""
+    return SimpleNamespace(models=SLOTS, avg_output_tokens=avg_output_tokens or {},
+                           avg_input_tokens=avg_input_tokens or {}, training_slot_costs=lambda: dict(training_costs or {}))
+
+
 # -- tau ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("value, expected", [(0.9, 0.9), (1, 1.0), ("0.8", 0.8), (1e-3, 1e-3)])
 def test_parse_tau_accepts_numbers_in_range(value, expected):
@@ -160,7 +166,7 @@ def test_an_invalid_price_override_is_an_error_naming_it(value):
     with pytest.raises(DeploymentMappingError) as info:
         deployment_prices(bad, {"known-model": {"input_cost_per_token": 3e-6}})
     assert "litellm_params.output_cost_per_token" in str(info.value) and ">= 0" in str(info.value)
-    engine = DecisionEngine(SimpleNamespace(models=SLOTS, avg_output_tokens={}), CONFIG, cost_map={})
+    engine = DecisionEngine(manifest_double(), CONFIG, cost_map={})
     bad["model_info"]["proteus_model"] = SLOTS[0]
     with pytest.raises(DeploymentMappingError, match="output_cost_per_token"):
         engine.check_model_list([bad])
@@ -172,7 +178,7 @@ def test_prices_from_litellms_own_cost_map():
 
 
 def test_check_model_list_lists_every_problem():
-    engine = DecisionEngine(SimpleNamespace(models=SLOTS, avg_output_tokens={}), CONFIG, cost_map={})
+    engine = DecisionEngine(manifest_double(), CONFIG, cost_map={})
     model_list = [
         deployment("ok", "gpt-4-1106-preview"),
         deployment("unmapped", "openai/gpt-4o"),
@@ -220,7 +226,7 @@ class RecordingPredictor:
 
 
 def test_decide_estimates_costs_from_prompt_tokens_and_average_outputs():
-    manifest = SimpleNamespace(models=SLOTS, avg_output_tokens={SLOTS[0]: 100.0, SLOTS[1]: 300.0})
+    manifest = manifest_double({SLOTS[0]: 100.0, SLOTS[1]: 300.0})
     predictor = RecordingPredictor()
     engine = DecisionEngine(manifest, CONFIG, predictor, token_counter=lambda messages, text: 50)
     cands = [engine.score(deployment("a", "gpt-4-1106-preview", prices=(1e-5, 3e-5))),
@@ -235,7 +241,7 @@ def test_decide_estimates_costs_from_prompt_tokens_and_average_outputs():
 def test_prompt_tokens_default_to_trainings_estimate_and_litellm_counts_on_request():
     import litellm
 
-    manifest = SimpleNamespace(models=SLOTS, avg_output_tokens={})
+    manifest = manifest_double()
     messages = [{"role": "user", "content": "Summarise the French Revolution in one sentence, please."}]
     request = [DecisionRequest("Summarise the French Revolution in one sentence, please.", messages, 0.8,
                                [DecisionEngine(manifest, CONFIG).score(deployment("a", "gpt-4-1106-preview"))])]
@@ -311,3 +317,71 @@ def test_exploration_moves_only_to_candidates_at_least_as_accurate_and_records_t
     for r in explored:
         assert r.decision.slot == cands[r.decision.index].slot and r.decision.model == SLOTS[r.decision.slot]
         assert r.cost_usd == r.costs_usd[r.decision.index]
+
+
+# -- live prices against the training prices of the fixed operating points -------------------------
+def test_price_ratio_compares_the_slots_average_request_at_live_and_training_prices():
+    manifest = manifest_double({SLOTS[0]: 10.0, SLOTS[1]: 10.0}, {SLOTS[0]: 100.0, SLOTS[1]: 100.0},
+                               {SLOTS[0]: 100 * 1e-5 + 10 * 3e-5, SLOTS[1]: 1.2e-4})
+    engine = DecisionEngine(manifest, CONFIG)
+    as_trained = engine.score(deployment("a", "gpt-4-1106-preview", prices=(1e-5, 3e-5)))
+    assert as_trained.price_ratio == pytest.approx(1.0) and engine.priced_as_trained(as_trained)
+    within = engine.score(deployment("b", "x", slot=SLOTS[1], prices=(1.68e-6, 0.0)))
+    assert within.price_ratio == pytest.approx(1.4) and engine.priced_as_trained(within)  # within the default 1.5x
+    dearer = engine.score(deployment("b", "x", slot=SLOTS[1], prices=(3.6e-6, 0.0)))
+    assert dearer.price_ratio == pytest.approx(3.0) and not engine.priced_as_trained(dearer)
+    unknown = engine.score(deployment("c", "x", slot=SLOTS[2], prices=(1.0, 1.0)))  # no training cost: no limit
+    assert unknown.price_ratio is None and engine.priced_as_trained(unknown)
+    unlimited = DecisionEngine(manifest, ProteusConfig.parse({"rule_price_limit": None}))
+    assert unlimited.priced_as_trained(unlimited.score(deployment("b", "x", slot=SLOTS[1], prices=(3.6e-6, 0.0))))
+    lax = DecisionEngine(manifest, ProteusConfig.parse({"rule_price_limit": 4}))
+    assert lax.priced_as_trained(lax.score(deployment("b", "x", slot=SLOTS[1], prices=(3.6e-6, 0.0))))
+
+
+@pytest.mark.parametrize("value", [1.0, 0.5, -2, "high"])
+def test_rule_price_limit_must_be_above_one(value):
+    from litellm_proteus.config import ProteusConfigError
+
+    with pytest.raises(ProteusConfigError) as info:
+        ProteusConfig.parse({"rule_price_limit": value})
+    assert "rule_price_limit" in str(info.value)
+
+
+def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_worse_one(caplog):
+    """The bundled artifact routes tau 0.84 partly by the cluster ladder gpt-4 / Yi / claude-v2 /
+    gpt-3.5: with gpt-3.5 at 100x its training price, each ladder pick of gpt-3.5 becomes the
+    cheapest candidate whose calibrated p is at least gpt-3.5's; with the limit off it stays."""
+    from pathlib import Path
+
+    import yaml
+
+    from litellm_proteus.predictor import ProteusPredictor
+    from litellm_proteus.router_strategy.patch import warn_price_drift
+
+    example = yaml.safe_load((Path(__file__).parents[2] / "config.example.yaml").read_text())
+    group = [d for d in example["model_list"] if d["model_name"] == "proteus-auto"]
+    predictor = ProteusPredictor(device="cpu")
+    gpt35 = predictor.models.index("gpt-3.5-turbo-1106")
+    dearer = [dict(d, litellm_params=dict(d["litellm_params"], input_cost_per_token=1e-4, output_cost_per_token=2e-4))
+              if d["litellm_params"]["model"] == "openai/gpt-3.5-turbo-1106" else d for d in group]
+    texts = [f"Question {i}: what is {i} * {i + 7}, and why does {['ice', 'iron', 'air'][i % 3]} expand?" for i in range(60)]
+
+    def route(model_list, limit):
+        engine = DecisionEngine(predictor.manifest, ProteusConfig.parse({"rule_price_limit": limit}), predictor)
+        return engine, engine.decide([DecisionRequest(t, None, 0.84, engine.score_all(model_list)[0]) for t in texts])
+
+    engine, _ = route(group, 1.5)
+    assert warn_price_drift(engine, group) == {}  # the example's prices are the training prices
+    engine, guarded = route(dearer, 1.5)
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
+        drift = warn_price_drift(engine, dearer)
+    assert list(drift) and all("gpt-3.5-turbo-1106" in name for name in drift) and min(drift.values()) > 50
+    assert "take the cheapest candidate predicted at least as accurate" in caplog.text and "retrain" in caplog.text
+    _, unguarded = route(dearer, None)
+    traded = [(g, u) for g, u in zip(guarded, unguarded) if u.decision.rule.startswith("cluster") and u.decision.slot == gpt35]
+    assert traded, "the ladder sends some of these prompts to gpt-3.5"
+    for g, u in traded:
+        assert g.decision.slot != gpt35 and g.cost_usd < u.cost_usd
+        assert g.decision.p[g.decision.index] >= u.decision.p[u.decision.index] - 1e-12
+    assert [(g.decision.slot, g.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded] == [
+        (u.decision.slot, u.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded]

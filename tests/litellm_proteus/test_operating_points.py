@@ -31,6 +31,26 @@ def test_rules_pick_among_live_candidates():
     assert apply_rules([POLICY, quality], p, boost, slots, costs, valid).tolist() == [NO_CHOICE, 0]
 
 
+def test_a_repriced_slot_or_cluster_pick_gives_way_to_the_cheapest_candidate_predicted_no_worse():
+    slots = np.array([[0, 1, 2, 3], [0, 1, 2, 3]])
+    costs = np.array([[5.0, 2.0, 9.0, 1.0], [5.0, 2.0, 9.0, 1.0]])
+    p = np.array([[0.8, 0.7, 0.9, 0.6], [0.8, 0.7, 0.6, 0.5]])  # calibrated p the decision shows
+    boost, valid = np.zeros_like(p), np.ones_like(p, dtype=bool)
+    as_trained = np.array([[True, True, False, True], [True, True, False, True]])
+    rule = OperatingPoint(kind="slot", slot=2)
+    # row 0: slot 2 (p 0.9) has no cheaper candidate at least as accurate -> kept, at its live price;
+    # row 1: slot 2 (p 0.6) -> the cheapest with p >= 0.6: slot 1 (cost 2), not slot 3 (p 0.5)
+    picked = apply_rules([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p)
+    assert picked.tolist() == [2, 1]
+    assert apply_rules([rule, rule], p, boost, slots, costs, valid).tolist() == [2, 2]  # without prices: as trained
+    embeddings, centroids = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
+    ladder = OperatingPoint(kind="cluster", cluster_slots=[0, 2])  # row 0 -> slot 0 (as trained), row 1 -> slot 2
+    picked = apply_rules([ladder, ladder], p, boost, slots, costs, valid, embeddings, centroids, as_trained, p)
+    assert picked.tolist() == [0, 1]
+    quality = OperatingPoint(kind="quality")  # the top buys quality at any price, as the policy's top does
+    assert apply_rules([quality, quality], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p).tolist() == [2, 0]
+
+
 def test_cluster_rule_maps_the_nearest_centroid_to_a_slot():
     centroids = np.array([[1.0, 0.0], [0.0, 1.0]])
     emb = np.array([[0.9, 0.1], [0.2, 0.8]])
@@ -124,6 +144,12 @@ def test_predictor_applies_rule_points_and_falls_back_to_the_policy(make_artifac
     for draws in ([0.99] * 4, None):  # the frontier's point, and the table's entry at tau 0.7
         without = predictor.decide_embeddings(emb, [0.7] * 4, [[live[0], live[2]]] * 4, draws)
         assert {d.rule for d in without} == {"policy"} and all(d.policy_tau == 0.7 for d in without)
+    # slot 1 priced far above training -> the cheapest candidate whose calibrated p is at least slot 1's
+    repriced = [live[0], Candidate(1, 5e-2, priced_as_trained=False), live[2]]
+    dearer = predictor.decide_embeddings(emb, [0.7] * 4, [repriced] * 4, [0.99] * 4)
+    for d in dearer:
+        no_worse = [i for i, c in enumerate(repriced) if d.p[i] >= d.p[1] - 1e-12]
+        assert d.index == min(no_worse, key=lambda i: repriced[i].cost_usd) and d.rule == "slot:1"
     # without draws, the step table: tau 0.85 -> the 0.9 entry (quality) -> argmax p + b
     quality = predictor.decide_embeddings(emb, [0.85] * 4, [live] * 4)
     p_plus_b = np.array([d.p for d in quality]) + predictor.network.boost[None, :]

@@ -72,6 +72,9 @@ def test_train_writes_a_loadable_artifact_with_full_manifest(trained):
     assert tlo <= lo < hi <= thi
     assert manifest.training["config"]["steps"] == 60 and manifest.training["config"]["dual_lr"] == 0.4
     assert set(manifest.avg_output_tokens) == set(MODELS)
+    # each slot's mean cost per request on the training rows: the price reference of the fixed points
+    assert set(manifest.avg_cost_usd) == set(MODELS) and manifest.training_slot_costs() == manifest.avg_cost_usd
+    assert all(cost <= manifest.avg_cost_usd[m] <= 1.1 * cost for m, (_, cost) in MODELS.items())
     assert summary["tau_range"] == list(manifest.tau_range)
     assert 2.0 <= float(model.gamma) <= 8.0
     # the validation cost frontier the runtime mixes: cheapest first, accuracy rising, costs rising
