@@ -366,8 +366,8 @@ else
   -- p2_len and p2_mark are the list's length and p2_age this script left: the walk goes on only
   -- while both are as it left them.  Anything else that changed the list -- an older worker's
   -- decision (it moves p2_age: +1, or to 0 with its own full re-sum) or a list cut that `lost` did
-  -- not catch -- ends the walk without writing it, and the usual rule starts another where one is due.  A walk
-  -- keeps p2_age at window or more, so an older worker's next decision re-sums in full.
+  -- not catch -- ends the walk without writing it, and the usual rule starts another where one is
+  -- due.  A walk keeps p2_age at window or more, so an older worker's next decision re-sums in full.
   local has = redis.call('HEXISTS', h, 'sum_p2') == 1
   local age = redis.call('HINCRBY', h, 'p2_age', 1)
   local left, scan = tonumber(redis.call('HGET', h, 'p2_left') or '-1'), num('p2_scan')
