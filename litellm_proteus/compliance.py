@@ -35,6 +35,13 @@ Redis fails the controller says so once, keeps serving on local state that goes 
 last read from Redis (delta, infeasible, the window sums) and asks Redis again after
 ``retry_after_s``.  ``LocalBackend`` and the Lua script implement the same update; tests hold them
 to the same numbers.
+
+The hash counts each list's entries.  A list that lost entries its sums still hold (deleted, evicted
+under maxmemory, trimmed) starts its window afresh: the script drops what is left of it and zeroes
+its sums, while delta and the infeasible flag go on from the hash (as local state goes on from
+Redis's after an outage), so the mean p and its spread never count entries that are gone.  A hash
+lost under its lists (deleted, evicted) restarts the whole state, lists included.  The three keys
+share one TTL, set together on every call, so they expire together.
 """
 
 from __future__ import annotations
@@ -193,6 +200,14 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
     state.infeasible = state.sum_best / state.n + residual < tau - INFEASIBLE_TOLERANCE
 
 
+def list_lost(length: int, counted: str | None, summed: bool) -> bool:
+    """Whether a Redis list no longer holds what its hash's sums count (``_LUA``'s ``lost``):
+    ``counted`` is the hash's count of it (None: none), ``summed`` whether the hash holds its sums."""
+    if counted is not None:
+        return length < int(counted)
+    return length > 0 and not summed
+
+
 @dataclass
 class ResidualWindow:
     """One deployment's last feedback residuals with running sums (what the Lua script keeps in Redis)."""
@@ -313,6 +328,26 @@ local prior, free_margin, start_z, label_z = tonumber(ARGV[15]), tonumber(ARGV[1
 local tolerance, chunk, walked = tonumber(ARGV[19]), tonumber(ARGV[20]), 0
 local function num(f) return tonumber(redis.call('HGET', h, f) or '0') end
 local function split(s) local i = string.find(s, ' '); return tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
+-- The hash counts each list's entries (n, n_labels: the lengths this script left).  A list shorter
+-- than its count lost entries the sums still hold (deleted, evicted or trimmed under the hash); a
+-- list with entries whose hash holds neither a count nor sums lost its hash.  Either way that window
+-- starts afresh: the list is dropped and its sums zeroed (delta and infeasible stay where the hash
+-- has them).  A hash with sums but no count is an older worker's (its sums follow the list), and a
+-- list longer than its count holds an older worker's pushes: both are kept.
+local function lost(list, count, sum)
+  local len, counted = redis.call('LLEN', list), redis.call('HGET', h, count)
+  if counted then return len < tonumber(counted) end
+  return len > 0 and redis.call('HEXISTS', h, sum) == 0
+end
+if lost(dl, 'n', 'sum_p') then
+  redis.call('UNLINK', dl)
+  redis.call('HSET', h, 'sum_p', 0, 'sum_p2', 0, 'sum_best', 0, 'p2_age', 0)
+  redis.call('HDEL', h, 'p2_left', 'p2_scan', 'p2_len', 'p2_mark')
+end
+if lost(ll, 'n_labels', 'sum_y') then
+  redis.call('UNLINK', ll)
+  redis.call('HSET', h, 'sum_res', 0, 'sum_y', 0)
+end
 if kind == 'f' then
   redis.call('RPUSH', ll, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_res', x - p)
@@ -330,9 +365,9 @@ else
   -- pushed since); when p2_left reaches 0, p2_scan is the window's sum and replaces sum_p2.
   -- p2_len and p2_mark are the list's length and p2_age this script left: the walk goes on only
   -- while both are as it left them.  Anything else that changed the list -- an older worker's
-  -- decision (it moves p2_age: +1, or to 0 with its own full re-sum) or a deleted or trimmed list --
-  -- ends the walk without writing it, and the usual rule starts another where one is due.  A walk
-  -- keeps p2_age at window or more, so an older worker's next decision re-sums in full.
+  -- decision (it moves p2_age: +1, or to 0 with its own full re-sum) or a list cut that `lost` did
+  -- not catch -- ends the walk without writing it, and the usual rule starts another where one is
+  -- due.  A walk keeps p2_age at window or more, so an older worker's next decision re-sums in full.
   local has = redis.call('HEXISTS', h, 'sum_p2') == 1
   local age = redis.call('HINCRBY', h, 'p2_age', 1)
   local left, scan = tonumber(redis.call('HGET', h, 'p2_left') or '-1'), num('p2_scan')
@@ -405,6 +440,8 @@ else
     redis.call('HSET', h, 'infeasible', infeasible)
   end
 end
+redis.call('HSET', h, 'n', redis.call('LLEN', dl), 'n_labels', redis.call('LLEN', ll))
+-- one TTL on all three keys, set together: they expire together
 redis.call('EXPIRE', h, ttl); redis.call('EXPIRE', dl, ttl); redis.call('EXPIRE', ll, ttl)
 local function raw(f) return redis.call('HGET', h, f) or '0' end
 return {raw('delta'), raw('infeasible'), redis.call('LLEN', dl), raw('sum_p'), raw('sum_p2'), raw('sum_best'),
@@ -412,10 +449,17 @@ return {raw('delta'), raw('infeasible'), redis.call('LLEN', dl), raw('sum_p'), r
 """
 
 
-# KEYS: hash, residual list.  ARGV: residual, window, ttl_s.  The window's sums change only here.
+# KEYS: hash, residual list.  ARGV: residual, window, ttl_s.  The window's sums change only here; the
+# hash's n is the list's length as this script left it, and a list that lost entries the sums hold
+# (or whose hash was lost) starts afresh, as in ``_LUA``.
 _RESIDUAL_LUA = """
 local h, l = KEYS[1], KEYS[2]
 local r, window, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local len, counted = redis.call('LLEN', l), redis.call('HGET', h, 'n')
+if (counted and len < tonumber(counted)) or (not counted and len > 0 and redis.call('HEXISTS', h, 'sum') == 0) then
+  redis.call('UNLINK', l)
+  redis.call('HSET', h, 'sum', 0, 'sum_sq', 0)
+end
 redis.call('RPUSH', l, ARGV[1])
 redis.call('HINCRBYFLOAT', h, 'sum', r)
 redis.call('HINCRBYFLOAT', h, 'sum_sq', r * r)
@@ -424,6 +468,7 @@ while redis.call('LLEN', l) > window do
   redis.call('HINCRBYFLOAT', h, 'sum', -old)
   redis.call('HINCRBYFLOAT', h, 'sum_sq', -old * old)
 end
+redis.call('HSET', h, 'n', redis.call('LLEN', l))
 redis.call('EXPIRE', h, ttl); redis.call('EXPIRE', l, ttl)
 return 1
 """
@@ -491,24 +536,36 @@ class RedisBackend:
         pipe = self.client.pipeline(transaction=True)  # n and the sums of one moment
         for d in deployment_ids:
             h, lst = self._residual_keys(d)
-            pipe.hmget(h, "sum", "sum_sq").llen(lst)
+            pipe.hmget(h, "sum", "sum_sq", "n").llen(lst)
         values = pipe.execute()
-        return {d: (int(values[2 * i + 1]), float(values[2 * i][0] or 0.0), float(values[2 * i][1] or 0.0))
-                for i, d in enumerate(deployment_ids)}
+        stats = {}
+        for i, d in enumerate(deployment_ids):
+            (total, total_sq, counted), n = values[2 * i], int(values[2 * i + 1])
+            # a window that lost its list or hash: empty, as the script's next call leaves it
+            lost = list_lost(n, counted, total is not None)
+            stats[d] = (0, 0.0, 0.0) if lost else (n, float(total or 0.0), float(total_sq or 0.0))
+        return stats
 
     def clear_residuals(self, deployment_id: str) -> None:
         self.client.delete(*self._residual_keys(deployment_id))
 
-    _STATE_FIELDS = ("delta", "infeasible", "sum_p", "sum_p2", "sum_best", "sum_res", "sum_y")
+    _STATE_FIELDS = ("delta", "infeasible", "sum_p", "sum_p2", "sum_best", "sum_res", "sum_y", "n", "n_labels")
 
     def state(self, key: str) -> WindowState:
         """The state as of one moment: the hash's sums, delta and flag and the lists' lengths (one
-        MULTI of an HMGET and two LLENs, one round trip)."""
+        MULTI of an HMGET and two LLENs, one round trip).  A window whose list no longer holds what
+        the hash counts reads empty, as the script's next call leaves it (``list_lost``)."""
         h, dl, ll = self._keys(key)
         pipe = self.client.pipeline(transaction=True)
         pipe.hmget(h, *self._STATE_FIELDS).llen(dl).llen(ll)
         fields, n, n_labels = pipe.execute()
         values = dict(zip(self._STATE_FIELDS, fields))
+        if list_lost(n, values["n"], values["sum_p"] is not None):
+            n = 0
+            values.update(sum_p=None, sum_p2=None, sum_best=None)
+        if list_lost(n_labels, values["n_labels"], values["sum_y"] is not None):
+            n_labels = 0
+            values.update(sum_res=None, sum_y=None)
         f = lambda name: float(values[name] or 0.0)  # noqa: E731
         state = WindowState(
             n=int(n), sum_p=f("sum_p"), sum_p2=f("sum_p2"), sum_best=f("sum_best"), n_labels=int(n_labels),

@@ -11,8 +11,12 @@ While a configured Redis cannot be reached no reservation is admitted: the cap i
 process counting from its own zero could spend a whole cap more per process.  What running jobs
 settle meanwhile is kept and added to the shared total once Redis answers again.  Each settlement
 carries an id that Redis remembers for the key's lifetime, so one whose reply was lost (a timeout
-after Redis applied it) is never added twice.  A reservation whose reply was lost stays charged:
-the total errs high, never low.
+after Redis applied it) is never added twice.  A reservation carries an id too, drawn before it is
+sent: when its call fails the job does not run, and a *release* by that id is kept like a
+settlement and sent once Redis answers.  The release takes back the reservation if Redis made it
+and leaves a tombstone either way, so a reservation that reaches Redis after its release (a
+command still in flight when the client gave up) is refused, and a release sent twice takes back
+once: a reservation whose reply was lost costs nothing once its release is sent.
 """
 
 from __future__ import annotations
@@ -29,15 +33,33 @@ from .observability import RateLimitedWarnings
 
 logger = logging.getLogger("litellm_proteus.shadow")
 KEY_TTL_S = 2 * 86400
-# KEYS: the day's key; ARGV: amount, cap, ttl.  Adds the amount unless the total would pass the cap
-# (or already has).  Returns {1 | 0, total} (the total as a string: Lua numbers cut to integers).
+# KEYS: the day's key, the reservation's id key; ARGV: amount, cap, ttl.  Adds the amount unless the
+# total would pass the cap (or already has) or the id is taken (released already: this call outlived
+# its client's wait); the id key holds the amount for a release.  Returns {1 | 0, total} (the total
+# as a string: Lua numbers cut to integers).
 _RESERVE_LUA = """
-local before = tonumber(redis.call('GET', KEYS[1]) or '0')
+local before = redis.call('GET', KEYS[1]) or '0'
 local usd, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
-if before >= cap or before + usd > cap then return {0, tostring(before)} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {0, before} end
+if tonumber(before) >= cap or tonumber(before) + usd > cap then return {0, before} end
 local total = redis.call('INCRBYFLOAT', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 return {1, total}
+"""
+
+# KEYS: the day's key, the reservation's id key; ARGV: ttl.  Takes back the amount the id key holds
+# and leaves the tombstone 'released' (a reservation never made, or released already: nothing to take
+# back).  Returns the total (as a string).
+_RELEASE_LUA = """
+local held = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[2], 'released', 'EX', ARGV[1])
+if held and held ~= 'released' then
+  local minus = string.sub(held, 1, 1) == '-' and string.sub(held, 2) or '-' .. held
+  redis.call('INCRBYFLOAT', KEYS[1], minus)
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+return redis.call('GET', KEYS[1]) or '0'
 """
 
 
@@ -69,13 +91,16 @@ class DailyBudget:
         self.clock = clock
         self._local: dict[str, float] = {}  # without Redis: each day's spend
         self._seen: dict[str, float] = {}  # with Redis: each day's total as Redis last answered it
-        self._pending: list[tuple[str, str, float]] = []  # with Redis: (id, day, usd) settled while it was down
+        # with Redis: what is still to be sent, in order -- ("charge", id, day, usd) settled while it was
+        # down, ("release", id, day, 0.0) a reservation whose call failed
+        self._pending: list[tuple[str, str, str, float]] = []
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()  # one thread at a time sends the pending settlements
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 60.0)
         self._reserve = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
         self._charge = redis_client.register_script(_CHARGE_LUA) if redis_client is not None else None
+        self._release = redis_client.register_script(_RELEASE_LUA) if redis_client is not None else None
 
     def key(self, day: str) -> str:
         return f"{self.key_prefix}{day}"
@@ -107,9 +132,17 @@ class DailyBudget:
                     return None, before
             return day, self.charge(usd, day)
         if self._use_redis():
+            reservation = uuid.uuid4().hex
             try:
                 self._sync()
-                ok, total = self._reserve(keys=[self.key(day)], args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                try:
+                    ok, total = self._reserve(keys=[self.key(day), self._reservation_key(day, reservation)],
+                                              args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                except Exception:
+                    # Redis may have made it and lost only the reply; the job will not run, so it is released
+                    with self._lock:
+                        self._pending.append(("release", reservation, day, 0.0))
+                    raise
                 return (day if int(ok) else None), self._saw(day, total)
             except Exception as exc:
                 self._redis_failed(exc)
@@ -127,7 +160,7 @@ class DailyBudget:
                     del self._local[old]
                 self._local[day] = self._local.get(day, 0.0) + usd
                 return self._local[day]
-        settlement = (uuid.uuid4().hex, day, usd)
+        settlement = ("charge", uuid.uuid4().hex, day, usd)
         if self._use_redis():
             try:
                 self._sync()
@@ -146,14 +179,20 @@ class DailyBudget:
         return await asyncio.to_thread(self.charge, usd, day) if self.redis is not None else self.charge(usd, day)
 
     # -- Redis --------------------------------------------------------------------------------
-    def _send(self, settlement: tuple[str, str, float]) -> float:
-        op, day, usd = settlement
-        total = self._charge(keys=[self.key(day), f"{self.key(day)}:op:{op}"], args=[repr(float(usd)), KEY_TTL_S])
+    def _reservation_key(self, day: str, reservation: str) -> str:
+        return f"{self.key(day)}:reservation:{reservation}"
+
+    def _send(self, entry: tuple[str, str, str, float]) -> float:
+        kind, op, day, usd = entry
+        if kind == "release":
+            total = self._release(keys=[self.key(day), self._reservation_key(day, op)], args=[KEY_TTL_S])
+        else:
+            total = self._charge(keys=[self.key(day), f"{self.key(day)}:op:{op}"], args=[repr(float(usd)), KEY_TTL_S])
         return self._saw(day, total)
 
     def _sync(self) -> None:
-        """Send the settlements made while Redis was down (raises on a Redis error; what is not sent
-        stays pending, and a settlement sent twice is added once)."""
+        """Send the pending settlements and releases (raises on a Redis error; what is not sent stays
+        pending, and one sent twice counts once)."""
         with self._sync_lock:
             while True:
                 with self._lock:
@@ -173,7 +212,7 @@ class DailyBudget:
 
     def _estimate(self, day: str) -> float:
         with self._lock:
-            return self._seen.get(day, 0.0) + sum(usd for _, d, usd in self._pending if d == day)
+            return self._seen.get(day, 0.0) + sum(usd for _, _, d, usd in self._pending if d == day)
 
     def _use_redis(self) -> bool:
         return self.redis is not None and time.monotonic() >= self._redis_down_until

@@ -680,7 +680,7 @@ def test_a_chunked_re_sum_beside_an_older_workers_script_ends_exact(redis_server
 @pytest.mark.parametrize("cut", ["deleted", "trimmed"])
 def test_a_walk_over_a_list_deleted_or_trimmed_mid_walk_ends_exact(redis_server, cut):
     """The decision list is deleted (evicted) or trimmed while the hash and its walk are kept: the
-    walk starts again on the list there is, and ends with its exact sum of p^2."""
+    window starts afresh, the walk with it, and sum_p2 is the new list's exact sum of p^2."""
     import redis
 
     window = 50
@@ -709,5 +709,90 @@ def test_a_walk_over_a_list_deleted_or_trimmed_mid_walk_ends_exact(redis_server,
         walks.append(backend.decision(KEY, TAU, p, p, 0.0))
         if not client.hexists(hash_key, "p2_left"):
             break
-    assert not client.hexists(hash_key, "p2_left") and max(walks) <= 3
+    assert not client.hexists(hash_key, "p2_left") and max(walks) <= 3 and client.llen(decisions) == len(walks)
     assert float(client.hget(hash_key, "sum_p2")) == pytest.approx(_list_sum_p2(client, decisions), rel=1e-9)
+
+
+# -- a list or hash lost under the other (eviction, DEL, expiry of one key) -----------------------
+def test_a_deleted_decision_list_restarts_the_window_its_hash_still_summed(redis_server):
+    """The decision list is deleted while its hash survives: the window starts afresh -- n, mean p,
+    mean best p and sum_p2 those of a fresh state fed only the later decisions -- and delta goes on
+    from the value the hash kept (as the local state goes on from Redis's after an outage)."""
+    import redis
+
+    from litellm_proteus.compliance import WindowState
+
+    controller = ComplianceController(settings(window=50), redis_url=redis_server.url)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    feed(controller, [0.7] * 40, p_best=0.75)
+    kept = controller.control(KEY, TAU)
+    assert kept.delta > 0
+    client.delete(controller.redis._keys(KEY)[1])
+    assert controller.snapshot(KEY)["n"] == 0 and controller.redis.seen[KEY].sum_p == 0.0  # read as the script leaves it
+    later = [0.9, 0.85, 0.95, 0.88, 0.92, 0.9, 0.87]
+    feed(controller, later, p_best=0.97)
+    fresh = ComplianceController(settings(window=50))
+    fresh.local.continue_from(KEY, WindowState(delta=kept.delta, infeasible=kept.infeasible))
+    feed(fresh, later, p_best=0.97)
+    got, want = controller.snapshot(KEY), fresh.snapshot(KEY)
+    assert controller.shared and got["n"] == want["n"] == len(later)
+    assert got["p_mean"] == pytest.approx(sum(later) / len(later)) and got["p_mean"] == pytest.approx(want["p_mean"])
+    assert got["p_best_mean"] == pytest.approx(0.97) and got["delta"] == pytest.approx(want["delta"], abs=1e-12)
+    assert want["delta"] != kept.delta  # the later decisions moved it (n >= min_decisions)
+    assert controller._call("state", KEY).sum_p2 == pytest.approx(sum(p * p for p in later))
+
+
+def test_a_fallback_after_reading_a_deleted_list_goes_on_from_an_empty_window(redis_server):
+    """Redis fails right after a read that found the decision list gone: the local state goes on
+    from an empty window, not from sums of entries that are gone."""
+    import redis
+
+    controller = ComplianceController(settings(window=50), redis_url=redis_server.url)
+    feed(controller, [0.7] * 40)
+    redis.Redis.from_url(redis_server.url).delete(controller.redis._keys(KEY)[1])
+    controller.control(KEY, TAU)  # the last read from Redis
+    redis_server.stop()
+    feed(controller, [0.9] * 5)
+    snap = controller.snapshot(KEY)
+    assert not controller.shared and snap["n"] == 5 and snap["p_mean"] == pytest.approx(0.9)
+
+
+def _lose_locally(controller: ComplianceController, key: str, lost: str) -> None:
+    """The local mirror of what the script does with a lost list or hash."""
+    from litellm_proteus.compliance import WindowState
+
+    state = controller.local._states[key]
+    if lost in ("decisions", "trimmed"):
+        state.decisions.clear()
+        state.n, state.sum_p, state.sum_p2, state.sum_best = 0, 0.0, 0.0, 0.0
+    elif lost == "labels":
+        state.labels.clear()
+        state.n_labels, state.sum_res, state.sum_y = 0, 0.0, 0.0
+    else:  # the hash: delta and both windows
+        controller.local._states[key] = WindowState()
+
+
+@pytest.mark.parametrize("lost", ["decisions", "trimmed", "labels", "hash"])
+def test_redis_state_matches_the_local_update_across_a_lost_list_or_hash(redis_server, lost):
+    """A list deleted or trimmed under its hash, or the hash deleted under its lists: the script
+    starts that window afresh, delta by delta as the local update does after the same loss."""
+    import redis
+
+    local = ComplianceController(settings())
+    remote = ComplianceController(settings(), redis_url=redis_server.url)
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    h, dl, ll = remote.redis._keys(KEY)
+    assert run_sequence(remote, KEY) == pytest.approx(run_sequence(local, KEY), abs=1e-9)
+    if lost == "trimmed":
+        client.ltrim(dl, -4, -1)
+    else:
+        client.delete({"decisions": dl, "labels": ll, "hash": h}[lost])
+    _lose_locally(local, KEY, lost)
+    assert remote.snapshot(KEY)["n"] == local.snapshot(KEY)["n"]
+    assert remote.snapshot(KEY)["n_labels"] == local.snapshot(KEY)["n_labels"]
+    remote_deltas, local_deltas = run_sequence(remote, KEY), run_sequence(local, KEY)
+    assert remote.shared and remote_deltas == pytest.approx(local_deltas, abs=1e-9) and any(d > 0 for d in remote_deltas)
+    got, want = remote.snapshot(KEY), local.snapshot(KEY)
+    for field in ("n", "p_mean", "p_best_mean", "n_labels", "residual", "delta"):
+        assert got[field] == pytest.approx(want[field], abs=1e-9), field
+    assert remote._call("state", KEY).sum_p2 == pytest.approx(local._call("state", KEY).sum_p2, abs=1e-9)

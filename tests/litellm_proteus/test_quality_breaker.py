@@ -79,6 +79,28 @@ def test_a_process_rereads_after_refresh_s_and_at_once_after_its_own_label():
     assert breaker.open_ids(["d1"]) == {"d1"}
 
 
+@pytest.mark.parametrize("lost", ["list", "hash"])
+def test_a_residual_window_whose_list_or_hash_was_lost_starts_afresh(redis_server, lost):
+    """A deployment's residual list deleted under its hash (eviction, DEL), or the hash under its
+    list: the window reads empty and goes on as a fresh one fed only the later labels."""
+    import redis
+
+    controller = ComplianceController(ComplianceSettings(), redis_url=redis_server.url)
+    fresh = ComplianceController(ComplianceSettings())
+    for _ in range(30):
+        controller.record_residual("breaker:d1", -0.5, 50)
+    h, lst = controller.redis._residual_keys("breaker:d1")
+    redis.Redis.from_url(redis_server.url).delete(lst if lost == "list" else h)
+    assert controller.residual_stats(["breaker:d1"]) == {"breaker:d1": (0, 0.0, 0.0)}
+    for r in [0.25, -0.125, 0.5]:
+        controller.record_residual("breaker:d1", r, 50)
+        fresh.record_residual("breaker:d1", r, 50)
+    n, total, total_sq = controller.residual_stats(["breaker:d1"])["breaker:d1"]
+    n_fresh, total_fresh, sq_fresh = fresh.residual_stats(["breaker:d1"])["breaker:d1"]
+    assert controller.shared and n == n_fresh == 3
+    assert total == pytest.approx(total_fresh) and total_sq == pytest.approx(sq_fresh)
+
+
 def test_redis_windows_match_the_local_ones_and_every_worker_sees_them(redis_server):
     local = ComplianceController(ComplianceSettings())
     a = ComplianceController(ComplianceSettings(), redis_url=redis_server.url)

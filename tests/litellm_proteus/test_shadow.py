@@ -102,6 +102,52 @@ def test_a_settlement_whose_reply_was_lost_is_added_to_redis_once(redis_server):
     assert float(client.get(f"t:lost:{day}")) == pytest.approx(0.15) and not budget._pending
 
 
+def test_a_reservation_whose_reply_was_lost_is_released_once(redis_server):
+    """Redis makes the reservation, its reply is lost: the job does not run, and the release sent on
+    the next call takes the amount back once, however often it is sent."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    budget = DailyBudget(1.0, client, "t:lostres:", retry_after_s=0.0, clock=Clock(DAY))
+    day, _ = budget.reserve(0.10)  # a job that runs
+    key = f"t:lostres:{day}"
+    applied = budget._reserve
+
+    def applied_then_timed_out(**kwargs):
+        applied(**kwargs)
+        raise redis.exceptions.TimeoutError("reply lost")
+
+    budget._reserve = applied_then_timed_out
+    assert budget.reserve(0.30) == (None, pytest.approx(0.10))  # refused to its job, which never calls
+    assert float(client.get(key)) == pytest.approx(0.40)  # yet charged in Redis
+    [release] = budget._pending
+    budget._reserve = applied
+    assert budget.spent() == pytest.approx(0.10) and float(client.get(key)) == pytest.approx(0.10)
+    assert not budget._pending and client.get(budget._reservation_key(day, release[1])) == "released"
+    assert budget._send(release) == pytest.approx(0.10)  # sent again (its own reply lost): taken back once
+    assert budget.charge(0.02 - 0.10, day) == pytest.approx(0.02)  # the job that ran settles as before
+    assert float(client.get(key)) == pytest.approx(0.02)
+
+
+def test_a_reservation_that_reaches_redis_after_its_release_is_refused(redis_server):
+    """The client gave up on a reservation still in flight and its release got there first: the
+    release takes back nothing, and the late reservation charges nothing."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    budget = DailyBudget(1.0, client, "t:late:", retry_after_s=0.0, clock=Clock(DAY))
+    day, _ = budget.reserve(0.10)
+    applied, in_flight = budget._reserve, {}
+
+    def not_there_yet(**kwargs):
+        in_flight.update(kwargs)
+        raise redis.exceptions.TimeoutError("no reply yet")
+
+    budget._reserve = not_there_yet
+    assert budget.reserve(0.30)[0] is None
+    budget._reserve = applied
+    assert budget.spent() == pytest.approx(0.10) and not budget._pending  # released: a tombstone, nothing taken
+    ok, total = applied(**in_flight)  # the reservation arrives
+    assert int(ok) == 0 and float(total) == pytest.approx(0.10)
+    assert float(client.get(f"t:late:{day}")) == pytest.approx(0.10) and budget.spent() == pytest.approx(0.10)
+
+
 def test_settlements_pending_for_an_earlier_day_survive_a_day_change(redis_server):
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     clock = Clock(DAY)
