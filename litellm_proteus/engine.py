@@ -95,6 +95,22 @@ def exclude_failed(deployments: Sequence[Mapping[str, Any]], failed_ids: Sequenc
     return [d for d in deployments if deployment_id(d) != failed_ids[-1]]
 
 
+# -- prices against training -----------------------------------------------------------------------
+PRICE_DRIFT = 1.5  # a live price this far from training (either way) moves the fixed points off the cost frontier
+
+
+def price_drift_warning(drift: Mapping[str, float], limit: float | None) -> str:
+    """What an operator reads about ``DecisionEngine.price_drift``: what happens, and the fix."""
+    past = [name for name, ratio in drift.items() if limit is not None and ratio > limit]
+    return (
+        "live prices differ from the prices the artifact's single-model and cluster operating points were chosen at "
+        f"(live / training price, per deployment): {dict(drift)}. Those points keep routing to a deployment up to "
+        f"rule_price_limit={limit} times its training price"
+        + (f"; past it they take the cheapest candidate predicted at least as accurate instead of: {past}" if past else "")
+        + "; retrain on current prices to put them back on the cost frontier"
+    )
+
+
 # -- the decision ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ScoredDeployment:
@@ -156,6 +172,8 @@ class DecisionEngine:
         self._avg_input_tokens = [inputs.get(slot) for slot in self.slots]
         training_costs = manifest.training_slot_costs()
         self._training_cost = [training_costs.get(slot) for slot in self.slots]
+        cal = manifest.calibration  # does any tau route by a single-model or cluster point?
+        self.has_fixed_points = any(point.kind in ("slot", "cluster") for point in cal.requested_point + cal.frontier_point)
 
     def price_ratio(self, slot: int, prices: Prices) -> float | None:
         """The slot's average training request (its mean prompt and output tokens) priced at
@@ -164,6 +182,17 @@ class DecisionEngine:
         if tokens_in is None or not reference or reference <= 0:
             return None
         return (tokens_in * prices.input_per_token + self.avg_output_tokens[slot] * prices.output_per_token) / reference
+
+    def price_drift(self, scored: Iterable[ScoredDeployment]) -> dict[str, float]:
+        """The deployments priced more than PRICE_DRIFT from training either way (``group/slot (id ..)``:
+        live / training price), when the artifact has fixed points those prices move off the frontier."""
+        if not self.has_fixed_points:
+            return {}
+        return {
+            f"{c.deployment.get('model_name')}/{self.slots[c.slot]} (id {deployment_id(c.deployment)})": round(c.price_ratio, 3)
+            for c in scored
+            if c.price_ratio is not None and not 1 / PRICE_DRIFT <= c.price_ratio <= PRICE_DRIFT
+        }
 
     def priced_as_trained(self, scored: ScoredDeployment) -> bool:
         """Is this deployment priced as the fixed operating points (single-model, cluster ladders)

@@ -28,7 +28,6 @@ from litellm.router_utils import routing_groups
 
 from ..artifact import MANIFEST_FILE, ArtifactError, file_sha256, read_manifest
 from ..config import STRATEGY_NAME, ProteusConfig, ProteusConfigError
-from ..costs import deployment_id
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
 from ..tiers import shared_store
@@ -152,37 +151,6 @@ def warn_slots_without_deployments(engine: DecisionEngine, model_list: list) -> 
     return missing
 
 
-PRICE_DRIFT = 1.5  # a live price this far from training (either way) moves the fixed points off the cost frontier
-
-
-def warn_price_drift(engine: DecisionEngine, model_list: list) -> dict[str, float]:
-    """The deployments whose live price differs from the training price the artifact's fixed
-    operating points (single-model, cluster ladders) were chosen at by more than PRICE_DRIFT either
-    way, by name: price ratio.  Said once at start-up with those past ``rule_price_limit`` (a point
-    picking one of them takes the cheapest candidate predicted at least as accurate): retraining
-    puts the points back on the cost frontier."""
-    calibration = engine.manifest.calibration
-    if not any(point.kind in ("slot", "cluster") for point in calibration.requested_point + calibration.frontier_point):
-        return {}
-    drift = {}
-    for group in engine.config.groups:
-        for scored in engine.score_all(d for d in model_list if d.get("model_name") == group)[0]:
-            ratio = scored.price_ratio
-            if ratio is not None and not 1 / PRICE_DRIFT <= ratio <= PRICE_DRIFT:
-                drift[f"{group}/{engine.slots[scored.slot]} (id {deployment_id(scored.deployment)})"] = round(ratio, 3)
-    if drift:
-        limit = engine.config.rule_price_limit
-        past = [name for name, ratio in drift.items() if limit is not None and ratio > limit]
-        logger.warning(
-            "PROTEUS: live prices differ from the prices the artifact's single-model and cluster operating points were "
-            "chosen at (live / training price, per deployment): %s. Those points keep routing to a deployment up to "
-            "rule_price_limit=%s times its training price%s; retrain on current prices to put them back on the cost frontier",
-            drift, limit, f"; past it they take the cheapest candidate predicted at least as accurate instead of: {past}"
-            if past else "",
-        )
-    return drift
-
-
 def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrategy:
     """Build the strategy for ``router`` from its ``routing_strategy_args`` and set it.
 
@@ -226,7 +194,7 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
         ensure_log_handler()
     warn_tiers_outside_range(config, engine.manifest.tau_range)
     warn_slots_without_deployments(engine, router.model_list or [])
-    warn_price_drift(engine, router.model_list or [])
+    strategy.report_price_drift(engine.score_all(d for d in router.model_list or [] if d.get("model_name") in config.groups)[0])
     logger.info(
         "PROTEUS routing groups %s with artifact %s (slots %s) on %s",
         config.groups,

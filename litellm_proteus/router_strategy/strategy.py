@@ -36,7 +36,7 @@ from ..decision_log import chosen_p, uncorrected_p
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
-from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
+from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, price_drift_warning, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
 from ..deployment_correction import DeploymentCorrection, alarm_best_p
 from ..quality_breaker import QualityBreaker
@@ -128,6 +128,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self.batcher = shared_batcher(engine, config)
         self._groups = frozenset(config.groups)
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
+        self._prices_reported: dict[str, float] = {}  # report_price_drift: the ratio last said per deployment
         # decision log writer and feedback desk (None without routing_strategy_args.decision_log)
         self.decision_log, self.feedback_desk = serving_log.shared_decision_log(config) or (None, None)
         self.shadow = serving_log.shared_shadow(config)  # None unless shadow evaluation is on
@@ -280,8 +281,10 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         start = time.perf_counter()
         pool = exclude_failed(healthy, request.failed_ids)
         scored, problems = self.engine.score_all(pool)
-        if problems:  # deployments added at runtime (e.g. /model/new) that cannot be scored
-            self._warn("unscored", "skipping deployments PROTEUS cannot score: " + "; ".join(problems))
+        if problems:  # deployments added at runtime (e.g. /model/new) that cannot be scored: each new set said at once
+            self._warn("unscored:" + "; ".join(problems), "skipping deployments PROTEUS cannot score: " + "; ".join(problems))
+        if self.engine.has_fixed_points:
+            self.report_price_drift(scored)
         if not scored:
             if pool:  # a configuration error, not a transient shortage: say so instead of "try again"
                 raise litellm.InternalServerError(
@@ -414,6 +417,18 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             self._warn("tier", f"Redis names tier {lookup.tier!r} for a key, not a configured tier {sorted(self.config.tiers)}; using the default")
             return None
         return TierChoice(lookup.tier, "redis")
+
+    def report_price_drift(self, scored) -> dict[str, float]:
+        """Warn about deployments priced PRICE_DRIFT off training (``DecisionEngine.price_drift``),
+        once per deployment and price: at start-up, and when a price changes at runtime."""
+        drift = self.engine.price_drift(scored)
+        new = {name: ratio for name, ratio in drift.items() if self._prices_reported.get(name) != ratio}
+        if new:
+            if len(self._prices_reported) > 4096:  # deployments come and go at runtime: stay bounded
+                self._prices_reported.clear()
+            self._prices_reported.update(new)
+            logger.warning("PROTEUS: %s", price_drift_warning(new, self.config.rule_price_limit))
+        return new
 
     def _warn(self, kind: str, message: str) -> None:
         self._warnings.warn(kind, "PROTEUS: %s", message)

@@ -39,7 +39,9 @@ def deployment(dep_id: str, model: str, *, slot: str | None = None, prices=(1e-6
 
 def manifest_double(avg_output_tokens=None, avg_input_tokens=None, training_costs=None):
     """The manifest fields the engine reads: slots, average tokens, training prices per slot."""
-    return SimpleNamespace(models=SLOTS, avg_output_tokens=avg_output_tokens or {},
+    from litellm_proteus.artifact import TauCalibration
+
+    return SimpleNamespace(models=SLOTS, avg_output_tokens=avg_output_tokens or {}, calibration=TauCalibration(),
                            avg_input_tokens=avg_input_tokens or {}, training_slot_costs=lambda: dict(training_costs or {}))
 
 
@@ -347,7 +349,7 @@ def test_rule_price_limit_must_be_above_one(value):
     assert "rule_price_limit" in str(info.value)
 
 
-def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_worse_one(caplog):
+def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_worse_one():
     """The bundled artifact routes tau 0.84 partly by the cluster ladder gpt-4 / Yi / claude-v2 /
     gpt-3.5: with gpt-3.5 at 100x its training price, each ladder pick of gpt-3.5 becomes the
     cheapest candidate whose calibrated p is at least gpt-3.5's; with the limit off it stays."""
@@ -356,7 +358,7 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
     import yaml
 
     from litellm_proteus.predictor import ProteusPredictor
-    from litellm_proteus.router_strategy.patch import warn_price_drift
+    from litellm_proteus.engine import price_drift_warning
 
     example = yaml.safe_load((Path(__file__).parents[2] / "config.example.yaml").read_text())
     group = [d for d in example["model_list"] if d["model_name"] == "proteus-auto"]
@@ -371,12 +373,12 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
         return engine, engine.decide([DecisionRequest(t, None, 0.84, engine.score_all(model_list)[0]) for t in texts])
 
     engine, _ = route(group, 1.5)
-    assert warn_price_drift(engine, group) == {}  # the example's prices are the training prices
+    assert engine.has_fixed_points and engine.price_drift(engine.score_all(group)[0]) == {}  # training prices
     engine, guarded = route(dearer, 1.5)
-    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
-        drift = warn_price_drift(engine, dearer)
+    drift = engine.price_drift(engine.score_all(dearer)[0])
     assert list(drift) and all("gpt-3.5-turbo-1106" in name for name in drift) and min(drift.values()) > 50
-    assert "take the cheapest candidate predicted at least as accurate" in caplog.text and "retrain" in caplog.text
+    message = price_drift_warning(drift, 1.5)
+    assert "take the cheapest candidate predicted at least as accurate" in message and "retrain" in message
     _, unguarded = route(dearer, None)
     traded = [(g, u) for g, u in zip(guarded, unguarded) if u.decision.rule.startswith("cluster") and u.decision.slot == gpt35]
     assert traded, "the ladder sends some of these prompts to gpt-3.5"

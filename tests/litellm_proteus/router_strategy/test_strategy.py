@@ -6,6 +6,7 @@ each request and only the network is replaced."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import litellm
@@ -290,3 +291,42 @@ def test_the_infeasible_flag_counts_only_the_shortfall_the_labels_prove(steerabl
     _, second, _ = asyncio.run(ask(router, tau=0.7))
     assert second.infeasible is flagged
     assert second.headers().get("x-proteus-infeasible") == ("true" if flagged else None)
+
+
+def test_a_runtime_price_change_is_reported_once_per_deployment_and_price(upstream, caplog):
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+
+    router = make_router(DEFAULT_ARTIFACT_DIR)  # the bundled artifact routes some taus by cluster ladders
+    strategy = router.proteus_strategy
+    assert strategy.engine.has_fixed_points and strategy._prices_reported == {}  # list prices: nothing to say
+
+    def drift_lines():
+        return [r.getMessage() for r in caplog.records if "live prices differ" in r.getMessage()]
+
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
+        router.set_model_list(model_list({"mistralai/mistral-7b-chat": (2e-5, 2e-5)}))  # 100x, at runtime
+        for _ in range(3):
+            asyncio.run(ask(router, tau=0.8))
+        assert len(drift_lines()) == 1 and "mistral-7b-chat" in drift_lines()[0] and "retrain" in drift_lines()[0]
+        router.set_model_list(model_list({"mistralai/mistral-7b-chat": (4e-5, 4e-5)}))  # a new price: said again
+        asyncio.run(ask(router, tau=0.8))
+        assert len(drift_lines()) == 2
+
+
+def test_each_new_set_of_unscorable_deployments_is_named_at_once(steerable_artifact, upstream, caplog):
+    from litellm.types.router import Deployment
+
+    router = make_router(steerable_artifact)
+
+    def unmapped(dep_id, model):
+        return Deployment(**{"model_name": "proteus-auto", "model_info": {"id": dep_id},
+                             "litellm_params": {"model": model, "api_base": PLAIN, "api_key": "k",
+                                                "input_cost_per_token": 1e-6, "output_cost_per_token": 1e-6}})
+
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
+        router.add_deployment(unmapped("typo-1", "openai/gpt-4o"))
+        asyncio.run(ask(router, tau=0.8))
+        router.add_deployment(unmapped("typo-2", "openai/claude-x"))
+        asyncio.run(ask(router, tau=0.8))
+    said = [r.getMessage() for r in caplog.records if "cannot score" in r.getMessage()]
+    assert len(said) == 2 and "typo-2" in said[1]
