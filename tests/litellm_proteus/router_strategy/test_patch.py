@@ -192,7 +192,8 @@ def test_predictor_options_reach_the_predictor(steerable_artifact):
 
     assert predictor().mix_operating_points is True
     assert predictor(predictor_options={"mix_operating_points": False}).mix_operating_points is False
-    with pytest.raises(patch.ProteusStartupError, match="predictor_options.mix_operating_points: must be true or false; got 'no'"):
+    with pytest.raises(patch.ProteusStartupError,
+                       match=r"predictor_options\.mix_operating_points: Input should be a valid boolean \(allowed: true or false\)"):
         Router(model_list=model_list(), routing_strategy="proteus",
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"mix_operating_points": "no"}})
 
