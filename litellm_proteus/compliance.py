@@ -54,7 +54,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
@@ -73,7 +73,7 @@ class ComplianceSettings(BaseModel):
     """``routing_strategy_args.compliance``."""
 
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = Field(True, description="false: route at the static calibration, record nothing")
+    enabled: StrictBool = Field(True, description="false: route at the static calibration, record nothing")
     step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (target - p_hat) per decision")
     window: int = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
     label_window: int = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")

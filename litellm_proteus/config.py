@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from .compliance import ComplianceSettings
 from .exploration import ExplorationSettings
@@ -129,16 +129,9 @@ class PredictorOptions(BaseModel):
     runtime: Literal["auto", "numpy", "torch"] = Field(
         "auto", description="forward pass: auto = numpy for a static-table artifact on the CPU (no torch), else torch"
     )
-    mix_operating_points: bool = Field(
+    mix_operating_points: StrictBool = Field(
         True, description="reach a tau between two frontier operating points by routing a prompt-hash share at each"
     )
-
-    @field_validator("mix_operating_points", mode="before")
-    @classmethod
-    def _boolean(cls, value: Any) -> Any:
-        if not isinstance(value, bool):
-            raise ValueError(f"must be true or false; got {value!r}")
-        return value
 
     def as_kwargs(self) -> dict[str, Any]:
         """Only what was set: the predictor's own defaults apply to the rest."""
@@ -151,13 +144,13 @@ class DecisionLogSettings(BaseModel):
     max_bytes: int = Field(64 * 2**20, ge=4096, description="a file is closed and a new one started past this size")
     max_files: int = Field(100, ge=1, description="files kept per proxy process; the oldest are deleted")
     queue_size: int = Field(10_000, ge=1, description="records waiting for the writer thread; more are dropped (counted)")
-    log_prompts: bool = Field(False, description="store the prompt text (its SHA-256 is always stored)")
-    log_responses: bool = Field(False, description="store the response text in outcome records")
+    log_prompts: StrictBool = Field(False, description="store the prompt text (its SHA-256 is always stored)")
+    log_responses: StrictBool = Field(False, description="store the response text in outcome records")
     redis_stream: str | None = Field(
         None, description="also XADD every record to this Redis stream (needs routing_strategy_args.redis)"
     )
     redis_stream_maxlen: int = Field(1_000_000, ge=1, description="approximate length cap of the stream (MAXLEN ~)")
-    redis_index: bool = Field(
+    redis_index: StrictBool = Field(
         True, description="keep each decision in Redis for feedback_max_age_s, so any worker can accept its feedback"
     )
     redis_key_prefix: str = "proteus:decision:"
@@ -181,7 +174,7 @@ class ProteusConfig(BaseModel):
     groups: list[str] = Field(default_factory=lambda: ["proteus-auto"], min_length=1)
     default_tier: str = "standard"
     tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1)
-    allow_raise: dict[str, bool] = Field(default_factory=dict)
+    allow_raise: dict[str, StrictBool] = Field(default_factory=dict)
     tier_metadata_key: str = Field("proteus_tier", min_length=1, description="key/team metadata field naming the tier")
     redis: RedisSettings | None = None
     batching: BatchingSettings = Field(default_factory=BatchingSettings)
@@ -200,13 +193,13 @@ class ProteusConfig(BaseModel):
         "training price the point was chosen at takes the cheapest candidate predicted at least as accurate "
         "instead; null = never",
     )
-    log_decisions: bool = True
+    log_decisions: StrictBool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
     exploration: ExplorationSettings = Field(default_factory=ExplorationSettings,
                                              description="safe exploration (litellm_proteus/exploration.py); off by default")
     shadow: ShadowSettings = Field(default_factory=ShadowSettings,
                                    description="shadow evaluation (litellm_proteus/shadow.py); off by default")
-    allow_direct_deployments: bool = Field(
+    allow_direct_deployments: StrictBool = Field(
         False,
         description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
         "and so skip tau and tiers?",
@@ -320,13 +313,24 @@ def _field_at(model: type[BaseModel], loc: tuple) -> Any:
     return owner.model_fields.get(str(loc[-1])) if owner is not None and loc else None
 
 
+def _type_at(model: type[BaseModel], loc: tuple) -> tuple[Any, list]:
+    """The type at ``loc`` and its constraints: a field's, or the values' of a mapping field
+    (``allow_raise.premium``); (None, []) where loc leaves the settings models."""
+    field = _field_at(model, loc)
+    if field is not None:
+        return field.annotation, field.metadata
+    mapping = _field_at(model, loc[:-1]) if len(loc) > 1 else None
+    if mapping is None or get_origin(mapping.annotation) is not dict:
+        return None, []
+    value = get_args(mapping.annotation)[1]
+    return (get_args(value)[0], list(get_args(value)[1:])) if get_origin(value) is Annotated else (value, [])
+
+
 def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
     """What a field of the wrong type takes: its type and bounds (``a number >= 0 and <= 1``)."""
-    field = _field_at(model, loc)
-    if field is None:
-        return ""
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(field.annotation, "")
-    bounds = [f"{sign} {getattr(m, attr)}" for m in field.metadata
+    annotation, metadata = _type_at(model, loc)
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(annotation, "")
+    bounds = [f"{sign} {getattr(m, attr)}" for m in metadata
               for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if hasattr(m, attr)]
     return f"{kind} {' and '.join(bounds)}".rstrip() if kind else ""
 

@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from .compliance_metrics import record_correction
 from .deployment_residuals import DeploymentResiduals, mean_and_se
@@ -50,7 +50,7 @@ class CorrectionSettings(BaseModel):
     """``routing_strategy_args.compliance.correction``."""
 
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = Field(True, description="lower each deployment's predicted p by its feedback residual")
+    enabled: StrictBool = Field(True, description="lower each deployment's predicted p by its feedback residual")
     label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
     min_labels: int = Field(20, ge=2, description="labels before a deployment's p is corrected")
     prior: float = Field(

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from .compliance_metrics import record_breaker
 from .deployment_residuals import DeploymentResiduals, mean_and_se
@@ -37,7 +37,7 @@ class BreakerSettings(BaseModel):
     """``routing_strategy_args.compliance.breaker``."""
 
     model_config = ConfigDict(extra="forbid")
-    enabled: bool = Field(False, description="leave out deployments whose feedback proves them worse than predicted")
+    enabled: StrictBool = Field(False, description="leave out deployments whose feedback proves them worse than predicted")
     threshold: float = Field(0.05, gt=0, le=0.5, description="how far below its calibrated p a deployment must be proven")
     label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
     min_labels: int = Field(20, ge=2, description="labels before a deployment can be left out")

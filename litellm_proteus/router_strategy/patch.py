@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import weakref
 from typing import Any
 
@@ -121,6 +122,31 @@ def _startup_error(problem: str) -> ProteusStartupError:
     return ProteusStartupError(message)
 
 
+class HideRefusalTraceback(logging.Filter):
+    """Drops uvicorn's lifespan traceback of a start-up that PROTEUS refused.
+
+    A refusal raised while LiteLLM builds its Router at start-up propagates out of the ASGI lifespan:
+    Starlette formats the whole chain (some 370 lines through FastAPI's nested lifespans) into the
+    ``lifespan.startup.failed`` message, which uvicorn logs before "Application startup failed.
+    Exiting." and exit status 3.  The refusal's own error line (``_startup_error``) already names
+    the field and the allowed values, so that record adds only noise.  Any other exception keeps
+    its traceback, and so does every other uvicorn record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # uvicorn logs the message inside Starlette's ``except`` block, so the exception being
+        # handled is the one the formatted traceback ends with.
+        if record.exc_info or not isinstance(record.msg, str) or not record.msg.startswith("Traceback (most recent call last)"):
+            return True
+        return not isinstance(sys.exc_info()[1], ProteusStartupError)
+
+
+def hide_refusal_tracebacks(logger_name: str = "uvicorn.error") -> None:
+    """Idempotent; dictConfig (uvicorn's logging set-up) keeps a logger's filters."""
+    target = logging.getLogger(logger_name)
+    if not any(isinstance(f, HideRefusalTraceback) for f in target.filters):
+        target.addFilter(HideRefusalTraceback())
+
+
 def warn_tiers_outside_range(config: ProteusConfig, tau_range: tuple[float, float]) -> list[str]:
     """Tiers the artifact cannot promise are served at the nearest end of its range (the response
     says so with x-proteus-tau-clamped); say it once at start-up too, where the operator looks."""
@@ -208,6 +234,7 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
 def apply() -> None:
     """Idempotent: patch LiteLLM once per process."""
     check_litellm()
+    hide_refusal_tracebacks()
     if STRATEGY_NAME not in routing_groups.VALID_ROUTING_STRATEGIES:
         routing_groups.VALID_ROUTING_STRATEGIES = (*routing_groups.VALID_ROUTING_STRATEGIES, STRATEGY_NAME)
     if getattr(Router.routing_strategy_init, PATCH_MARKER, False):

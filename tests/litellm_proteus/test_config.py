@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from typing import get_args, get_origin
+
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from litellm_proteus.config import ProteusConfig, ProteusConfigError, RedisSettings, load_config_file
+from litellm_proteus.config import CONFIG_PATH, ProteusConfig, ProteusConfigError, RedisSettings, load_config_file
 
 
 def test_defaults_are_valid_and_documented_fields_exist():
@@ -27,7 +30,7 @@ def test_defaults_are_valid_and_documented_fields_exist():
         ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
         ({"tiers": {"premium": True}}, "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]; got True"),
         ({"tier_metadata_key": ""}, "routing_strategy_args.tier_metadata_key"),
-        ({"compliance": {"enabled": "maybe"}}, "routing_strategy_args.compliance.enabled: Input should be a valid boolean, unable to interpret input (allowed: true or false)"),
+        ({"compliance": {"enabled": "maybe"}}, "routing_strategy_args.compliance.enabled: Input should be a valid boolean (allowed: true or false)"),
         ({"exploration": {"rate": "high"}}, "routing_strategy_args.exploration.rate: Input should be a valid number, unable to parse string as a number (allowed: a number >= 0.0 and <= 1.0)"),
         ({"redis": {"url": "http://foo:6379"}}, "routing_strategy_args.redis.url: must start with one of redis://, rediss://, unix://"),
     ],
@@ -36,6 +39,69 @@ def test_bad_config_names_the_field(raw, fragment):
     with pytest.raises(ProteusConfigError) as info:
         ProteusConfig.parse(raw)
     assert fragment in str(info.value)
+
+
+def boolean_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every boolean in the config models, walked from the fields' types (a mapping of booleans
+    contributes its value under the key ``premium``), so a boolean added later is covered too."""
+    paths = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        values = get_args(annotation)[1] if get_origin(annotation) is dict else None
+        if annotation is bool:
+            paths.append((*prefix, name))
+        elif values is bool or get_args(values)[:1] == (bool,):
+            paths.append((*prefix, name, "premium"))
+        for nested in (*get_args(annotation), annotation):
+            if isinstance(nested, type) and issubclass(nested, BaseModel):
+                paths.extend(boolean_paths(nested, (*prefix, name)))
+    return paths
+
+
+BOOLEAN_PATHS = boolean_paths(ProteusConfig)
+
+
+def config_with(path: tuple[str, ...], value) -> dict:
+    raw: dict = {}
+    node = raw
+    for part in path[:-1]:
+        node = node.setdefault(part, {"dir": "decision-logs"} if part == "decision_log" else {})  # a log needs a sink
+    node[path[-1]] = value
+    return raw
+
+
+def test_the_walk_finds_the_documented_booleans():
+    assert {
+        ("allow_raise", "premium"), ("allow_direct_deployments",), ("log_decisions",),
+        ("predictor_options", "mix_operating_points"), ("compliance", "enabled"),
+        ("compliance", "breaker", "enabled"), ("compliance", "correction", "enabled"),
+        ("decision_log", "log_prompts"), ("decision_log", "log_responses"), ("decision_log", "redis_index"),
+    } <= set(BOOLEAN_PATHS)
+
+
+@pytest.mark.parametrize("path", BOOLEAN_PATHS, ids=".".join)
+@pytest.mark.parametrize("value", ["no", "yes", "true", "off", 1, 0, 1.0, None])
+def test_booleans_take_only_true_or_false(path, value):
+    """YAML's quoted "no" or a 1 would otherwise be coerced (pydantic's lax mode) into a setting the
+    operator did not write."""
+    with pytest.raises(ProteusConfigError) as info:
+        ProteusConfig.parse(config_with(path, value))
+    assert f"{CONFIG_PATH}.{'.'.join(path)}: Input should be a valid boolean (allowed: true or false)" in str(info.value)
+
+
+@pytest.mark.parametrize("path", BOOLEAN_PATHS, ids=".".join)
+@pytest.mark.parametrize("value", [True, False])
+def test_booleans_accept_true_and_false(path, value):
+    node = ProteusConfig.parse(config_with(path, value))
+    for part in path:
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    assert node is value
+
+
+def test_yaml_booleans_are_booleans_and_quoted_ones_are_refused():
+    assert ProteusConfig.parse(yaml.safe_load("log_decisions: false")).log_decisions is False
+    with pytest.raises(ProteusConfigError, match=r"routing_strategy_args\.log_decisions: .*\(allowed: true or false\)"):
+        ProteusConfig.parse(yaml.safe_load("log_decisions: 'no'"))
 
 
 def test_not_a_mapping():

@@ -3,7 +3,10 @@ a LiteLLM change that breaks the hooks fails here loudly."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
+from contextlib import asynccontextmanager
 from importlib.metadata import version
 
 import litellm
@@ -192,7 +195,8 @@ def test_predictor_options_reach_the_predictor(steerable_artifact):
 
     assert predictor().mix_operating_points is True
     assert predictor(predictor_options={"mix_operating_points": False}).mix_operating_points is False
-    with pytest.raises(patch.ProteusStartupError, match="predictor_options.mix_operating_points: must be true or false; got 'no'"):
+    with pytest.raises(patch.ProteusStartupError,
+                       match=r"predictor_options\.mix_operating_points: Input should be a valid boolean \(allowed: true or false\)"):
         Router(model_list=model_list(), routing_strategy="proteus",
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"mix_operating_points": "no"}})
 
@@ -218,3 +222,58 @@ def test_custom_strategy_contract_is_litellms():
 
     assert issubclass(ProteusRoutingStrategy, CustomRoutingStrategyBase)
     assert litellm.Router.set_custom_routing_strategy is not None
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize(
+    ("error", "traceback_kept"),
+    [(patch.ProteusStartupError("PROTEUS routing cannot start: invalid PROTEUS config"), False),
+     (ValueError("not a PROTEUS refusal"), True)],
+)
+def test_uvicorn_leaves_out_the_lifespan_traceback_of_a_refusal_only(error, traceback_kept):
+    """uvicorn's own lifespan driving a Starlette app whose start-up raises, as LiteLLM's does."""
+    from starlette.applications import Starlette
+    from uvicorn import Config
+    from uvicorn.lifespan.on import LifespanOn
+
+    @asynccontextmanager
+    async def lifespan(app):
+        raise error
+        yield
+
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    records = Records()
+    uvicorn_error.addHandler(records)  # on the logger itself: whatever configured uvicorn's handlers
+    try:
+        lifespan_on = LifespanOn(Config(Starlette(lifespan=lifespan), lifespan="on", log_config=None))
+        asyncio.run(lifespan_on.startup())
+    finally:
+        uvicorn_error.removeHandler(records)
+    errors = [r.getMessage() for r in records.records if r.levelno >= logging.ERROR]
+    assert lifespan_on.should_exit  # start-up still fails: uvicorn exits with status 3
+    assert errors[-1] == "Application startup failed. Exiting."
+    assert any(f"{type(error).__name__}: {error}" in m and m.startswith("Traceback") for m in errors) is traceback_kept
+    assert len(errors) == (2 if traceback_kept else 1)
+
+
+def test_uvicorn_records_with_exc_info_keep_their_traceback():
+    """Only Starlette's formatted start-up traceback is left out, not e.g. an error while serving."""
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    records = Records()
+    uvicorn_error.addHandler(records)
+    try:
+        try:
+            raise patch.ProteusStartupError("PROTEUS routing cannot start: x")
+        except patch.ProteusStartupError:
+            uvicorn_error.exception("Exception in ASGI application\n")
+    finally:
+        uvicorn_error.removeHandler(records)
+    assert [r.exc_info[0] for r in records.records] == [patch.ProteusStartupError]

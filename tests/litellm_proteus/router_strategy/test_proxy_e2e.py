@@ -375,3 +375,47 @@ def test_startup_fails_naming_unmapped_deployments_and_a_corrupt_artifact(tmp_pa
     assert "PROTEUS routing cannot start" in log
     assert "'openai/gpt-4o'" in log and "maps to no trained slot" in log
     assert "corrupt or replaced" in log
+    assert "Traceback" not in log
+
+
+# uvicorn's lifespan traceback of a refusal runs to ~400 lines; LiteLLM's banner and warnings stay ~30.
+REFUSAL_MAX_LINES = 60
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ({"tiers": {"premium": 1.5, "standard": 0.85, "economy": 0.7}},
+         "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]; got 1.5"),
+        ({"redis": {"url": "http://127.0.0.1:6379/0"}},
+         "routing_strategy_args.redis.url: must start with one of redis://, rediss://, unix://"),
+        ({"allow_direct_deployments": "no"},
+         "routing_strategy_args.allow_direct_deployments: Input should be a valid boolean (allowed: true or false)"),
+    ],
+    ids=["tier-tau", "redis-scheme", "lax-boolean"],
+)
+def test_a_refused_config_exits_with_one_error_line_and_no_traceback(tmp_path, steerable_artifact, args, fragment):
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    config = proxy_config(steerable_artifact, "redis://127.0.0.1:1/0")
+    config["router_settings"]["routing_strategy_args"].update(args)
+    refused = Proxy(tmp_path, config)
+    assert refused.wait_exit() != 0
+    log = refused.log()
+    assert f"PROTEUS routing cannot start: invalid PROTEUS config: router_settings.{fragment}" in log
+    assert "Application startup failed. Exiting." in log
+    assert "Traceback" not in log
+    assert len(log.splitlines()) < REFUSAL_MAX_LINES, log
+
+
+def test_a_start_up_error_that_is_not_a_refusal_keeps_its_traceback(tmp_path, steerable_artifact):
+    """The plugin is loaded (litellm_settings.callbacks come first), then LiteLLM fails on its own."""
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    config = proxy_config(steerable_artifact, "redis://127.0.0.1:1/0")
+    config["general_settings"]["custom_auth"] = "no_such_module_for_proteus_tests.user_api_key_auth"
+    broken = Proxy(tmp_path, config)
+    assert broken.wait_exit() != 0
+    log = broken.log()
+    assert "Traceback (most recent call last)" in log
+    assert "No module named 'no_such_module_for_proteus_tests'" in log
