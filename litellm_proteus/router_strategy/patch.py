@@ -116,8 +116,10 @@ def active_strategy() -> ProteusRoutingStrategy | None:
     return _active() if _active is not None else None
 
 
-def _startup_error(problem: str) -> ProteusStartupError:
-    message = f"PROTEUS routing cannot start: {problem}"
+def _startup_error(problem: str, update: bool = False) -> ProteusStartupError:
+    """``update``: a runtime settings update of a router PROTEUS already serves, which keeps serving."""
+    prefix = "PROTEUS refuses the routing_strategy_args update and keeps its current ones" if update else "PROTEUS routing cannot start"
+    message = f"{prefix}: {problem}"
     logger.error(message)
     return ProteusStartupError(message)
 
@@ -181,7 +183,17 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
     """Build the strategy for ``router`` from its ``routing_strategy_args`` and set it.
 
     Raises ProteusStartupError naming the bad field, the artifact problem, or every deployment of a
-    PROTEUS group without a trained slot or a price."""
+    PROTEUS group without a trained slot or a price; a router PROTEUS already serves keeps its
+    strategy then (a runtime update is refused)."""
+    update = router in _installed
+    try:
+        return _install(router, routing_strategy_args, update)
+    except ProteusStartupError:
+        release_unused(list(_installed.values()))  # e.g. a predictor loaded for the refused settings
+        raise
+
+
+def _install(router: Router, routing_strategy_args: Any, update: bool) -> ProteusRoutingStrategy:
     global _active
     try:
         config = ProteusConfig.parse(routing_strategy_args)
@@ -189,7 +201,7 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
         # weights and the encoder load after.  Both are checked so one start-up names every problem.
         engine = DecisionEngine(read_manifest(artifact_dir(config)), config)
     except (ProteusConfigError, ArtifactError) as exc:
-        raise _startup_error(str(exc)) from exc
+        raise _startup_error(str(exc), update) from exc
     problems: list[str] = []
     try:
         engine.check_model_list(router.model_list or [])
@@ -207,8 +219,13 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
     except Exception as exc:  # e.g. a corrupt encoder file: still a start-up error that names it
         problems.append(f"artifact {artifact_dir(config)}: cannot load ({type(exc).__name__}: {exc})")
     if problems:
-        raise _startup_error("; ".join(problems))
-    strategy = ProteusRoutingStrategy(router, config, engine, shared_store(config.redis) if config.redis else None)
+        raise _startup_error("; ".join(problems), update)
+    try:
+        strategy = ProteusRoutingStrategy(router, config, engine, shared_store(config.redis) if config.redis else None)
+    except OSError as exc:  # the decision log's folder or files (the only files the strategy opens)
+        where = f"decision_log.dir {config.decision_log.dir!r}" if config.decision_log else "files"
+        raise _startup_error(f"routing_strategy_args.{where} cannot be used: {exc}", update) from exc
+    strategy.routing_strategy_args = routing_strategy_args  # what a refused update restores (apply())
     router.set_custom_routing_strategy(strategy)
     if strategy.tier_store is not None:
         strategy.tier_store.start_warming()  # the first Redis connection opens before the first request
@@ -256,7 +273,15 @@ def apply() -> None:
     def _apply_updated_routing_strategy_args(self: Router) -> None:
         original_apply_args(self)
         if Router._normalize_strategy(self.routing_strategy) == STRATEGY_NAME:
-            install(self, self.routing_strategy_args)
+            serving = _installed.get(self)
+            try:
+                install(self, self.routing_strategy_args)
+            except ProteusStartupError:
+                # LiteLLM stored the refused args before this call: put back the ones still serving, so
+                # the router reports them and the same update is refused again, not taken as applied.
+                if serving is not None:
+                    self.routing_strategy_args = serving.routing_strategy_args
+                raise
 
     setattr(routing_strategy_init, PATCH_MARKER, True)
     setattr(_apply_updated_routing_strategy_args, PATCH_MARKER, True)

@@ -123,6 +123,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
     def __init__(self, router: Any, config: ProteusConfig, engine: DecisionEngine, tier_store: TierStore | None):
         self._router = weakref.ref(router)  # the router holds our bound methods: no strong cycle
         self.config = config
+        self.routing_strategy_args: Any = None  # the raw args it was installed from (patch.install)
         self.engine = engine
         self.tier_store = tier_store
         self.batcher = shared_batcher(engine, config)

@@ -93,6 +93,35 @@ def test_every_router_rebuild_installs_the_strategy(steerable_artifact):
 
 
 @pytest.mark.parametrize(
+    "bad",
+    [{"tiers": {"premium": 1.5}}, {"default_tier": "nope"}, {"no_such_field": 1}, {"artifact": "/nonexistent-artifact"}],
+)
+def test_a_refused_runtime_update_keeps_the_serving_args_and_is_refused_every_time(steerable_artifact, bad):
+    args = {"artifact": str(steerable_artifact), "tiers": {"premium": 0.85, "standard": 0.8}, "default_tier": "standard"}
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    serving = strategy_of(router)
+    for _ in range(2):  # LiteLLM applies an update only when it differs from the router's args
+        with pytest.raises(patch.ProteusStartupError) as info:
+            router.update_settings(routing_strategy_args={**args, **bad})
+        assert str(info.value).startswith("PROTEUS refuses the routing_strategy_args update and keeps its current ones")
+        assert router.routing_strategy_args == args and router.get_settings()["routing_strategy_args"] == args
+        assert strategy_of(router) is serving
+    response = router.completion(model="proteus-auto", messages=[{"role": "user", "content": "hi"}])
+    assert response.choices[0].message.content in ("gpt-4", "mixtral")
+
+
+def test_an_unusable_decision_log_folder_is_a_startup_error_naming_it(steerable_artifact, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    args = {"artifact": str(steerable_artifact), "decision_log": {"dir": str(blocker / "logs")}}
+    with pytest.raises(patch.ProteusStartupError) as info:
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    message = str(info.value)
+    assert message.startswith("PROTEUS routing cannot start: routing_strategy_args.decision_log.dir")
+    assert str(blocker / "logs") in message
+
+
+@pytest.mark.parametrize(
     "mutate, fragment",
     [
         (lambda ml, art: ml[1]["model_info"].pop("proteus_model"), "'openai/mixtral'"),
