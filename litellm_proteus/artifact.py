@@ -198,8 +198,8 @@ class Manifest(BaseModel):
     avg_output_tokens: dict[str, float] = Field(default_factory=dict)
     avg_cost_usd: dict[str, float] = Field(
         default_factory=dict,
-        description="each slot's mean cost per request on the training rows: the prices the fixed operating "
-        "points were chosen at (engine.py compares live prices with them)",
+        description="each slot's mean cost per request on the training rows, for slots whose output tokens were "
+        "measured: the prices the fixed operating points were chosen at (engine.py compares live prices with them)",
     )
     calibration: TauCalibration = Field(default_factory=TauCalibration)
     p_calibration: PCalibration | None = Field(None, description="per-slot p calibration; absent: raw p")
@@ -240,18 +240,6 @@ class Manifest(BaseModel):
     def calibrated_p(self, p: np.ndarray) -> np.ndarray:
         """[N, K] raw p -> calibrated p (unchanged without ``p_calibration``)."""
         return np.asarray(p, dtype=np.float64) if self.p_calibration is None else self.p_calibration.apply(p)
-
-    def training_slot_costs(self) -> dict[str, float]:
-        """Each slot's mean cost per request at the training prices: ``avg_cost_usd``, or for an
-        artifact written without it, the single-model operating points' measured costs."""
-        if self.avg_cost_usd:
-            return dict(self.avg_cost_usd)
-        prefix = "slot:"
-        return {
-            point["rule"][len(prefix):]: float(point["cost_usd"])
-            for point in self.metrics.get("operating_point_candidates") or []
-            if str(point.get("rule", "")).startswith(prefix) and point["rule"][len(prefix):] in self.models
-        }
 
     @property
     def cost_normalizer(self) -> CostNormalizer:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Annotated, Any, Literal, get_args, get_origin
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
 
@@ -205,6 +206,13 @@ class ProteusConfig(BaseModel):
         "and so skip tau and tiers?",
     )
 
+    @field_validator("rule_price_limit", mode="before")
+    @classmethod
+    def _price_limit(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # a YAML true would pass as 1.0
+            raise ValueError(f"must be a number > 1, or null; got {value!r}")
+        return value
+
     @property
     def redis_url(self) -> str | None:
         """The Redis URL every shared piece (tiers, controller, logs, shadow budget) connects to."""
@@ -329,10 +337,13 @@ def _type_at(model: type[BaseModel], loc: tuple) -> tuple[Any, list]:
 def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
     """What a field of the wrong type takes: its type and bounds (``a number >= 0 and <= 1``)."""
     annotation, metadata = _type_at(model, loc)
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(annotation, "")
+    options = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) else []
+    optional = len(options) == 1 and len(get_args(annotation)) == 2  # ``X | None``: X, or null
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
+        options[0] if optional else annotation, "")
     bounds = [f"{sign} {getattr(m, attr)}" for m in metadata
               for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if hasattr(m, attr)]
-    return f"{kind} {' and '.join(bounds)}".rstrip() if kind else ""
+    return f"{kind} {' and '.join(bounds)}".rstrip() + (", or null" if optional else "") if kind else ""
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:

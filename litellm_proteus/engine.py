@@ -24,8 +24,9 @@ raw request is ``request.py``'s job.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config import ProteusConfig
@@ -99,16 +100,31 @@ def exclude_failed(deployments: Sequence[Mapping[str, Any]], failed_ids: Sequenc
 PRICE_DRIFT = 1.5  # a live price this far from training (either way) moves the fixed points off the cost frontier
 
 
-def price_drift_warning(drift: Mapping[str, float], limit: float | None) -> str:
-    """What an operator reads about ``DecisionEngine.price_drift``: what happens, and the fix."""
-    past = [name for name, ratio in drift.items() if limit is not None and ratio > limit]
-    return (
-        "live prices differ from the prices the artifact's single-model and cluster operating points were chosen at "
-        f"(live / training price, per deployment): {dict(drift)}. Those points keep routing to a deployment up to "
-        f"rule_price_limit={limit} times its training price"
-        + (f"; past it they take the cheapest candidate predicted at least as accurate instead of: {past}" if past else "")
-        + "; retrain on current prices to put them back on the cost frontier"
-    )
+def within_price_limit(ratio: float | None, limit: float | None) -> bool:
+    """``rule_price_limit``: a price ratio (live / training) up to the limit is priced as trained;
+    without a ratio or a limit, every price is."""
+    return limit is None or ratio is None or ratio <= limit
+
+
+@dataclass
+class PriceDrift:
+    """``DecisionEngine.price_drift``: live / training price per deployment (``group/slot (id ..)``),
+    and which of them are past ``rule_price_limit``."""
+
+    ratios: dict[str, float] = field(default_factory=dict)
+    past_limit: list[str] = field(default_factory=list)
+
+    def warning(self, limit: float | None) -> str:
+        """What an operator reads: what happens, and the fix."""
+        keep = ("keep routing to every deployment whatever its price (rule_price_limit: null)" if limit is None else
+                f"keep routing to a deployment up to rule_price_limit={limit:g} times its training price")
+        past = (f"; past it they take the cheapest candidate predicted at least as accurate instead of: {self.past_limit}"
+                if self.past_limit else "")
+        return (
+            "live prices differ from the prices the artifact's single-model and cluster operating points were chosen "
+            f"at (live / training price, per deployment): {self.ratios}. Those points {keep}{past}; retrain on "
+            "current prices to put them back on the cost frontier"
+        )
 
 
 # -- the decision ---------------------------------------------------------------------------------
@@ -168,38 +184,43 @@ class DecisionEngine:
         outputs = manifest.avg_output_tokens
         fallback = sum(outputs.values()) / len(outputs) if outputs else 0.0
         self.avg_output_tokens = [float(outputs.get(slot, fallback)) for slot in self.slots]
-        inputs = manifest.avg_input_tokens
+        inputs, references = manifest.avg_input_tokens, manifest.avg_cost_usd
         self._avg_input_tokens = [inputs.get(slot) for slot in self.slots]
-        training_costs = manifest.training_slot_costs()
-        self._training_cost = [training_costs.get(slot) for slot in self.slots]
+        self._training_cost = [references.get(slot) for slot in self.slots]
         cal = manifest.calibration  # does any tau route by a single-model or cluster point?
         self.has_fixed_points = any(point.kind in ("slot", "cluster") for point in cal.requested_point + cal.frontier_point)
 
     def price_ratio(self, slot: int, prices: Prices) -> float | None:
         """The slot's average training request (its mean prompt and output tokens) priced at
-        ``prices``, over its mean cost at the training prices; None when the artifact lacks either."""
+        ``prices``, over its mean cost at the training prices (``avg_cost_usd``); None when the
+        artifact has no such reference for the slot (no measured output tokens, or no cost)."""
         tokens_in, reference = self._avg_input_tokens[slot], self._training_cost[slot]
-        if tokens_in is None or not reference or reference <= 0:
+        if tokens_in is None or reference is None or not math.isfinite(reference):
             return None
-        return (tokens_in * prices.input_per_token + self.avg_output_tokens[slot] * prices.output_per_token) / reference
-
-    def price_drift(self, scored: Iterable[ScoredDeployment]) -> dict[str, float]:
-        """The deployments priced more than PRICE_DRIFT from training either way (``group/slot (id ..)``:
-        live / training price), when the artifact has fixed points those prices move off the frontier."""
-        if not self.has_fixed_points:
-            return {}
-        return {
-            f"{c.deployment.get('model_name')}/{self.slots[c.slot]} (id {deployment_id(c.deployment)})": round(c.price_ratio, 3)
-            for c in scored
-            if c.price_ratio is not None and not 1 / PRICE_DRIFT <= c.price_ratio <= PRICE_DRIFT
-        }
+        live = tokens_in * prices.input_per_token + self.avg_output_tokens[slot] * prices.output_per_token
+        if reference <= 0:  # free at training: any price is past every limit
+            return math.inf if live > 0 else None
+        return live / reference
 
     def priced_as_trained(self, scored: ScoredDeployment) -> bool:
         """Is this deployment priced as the fixed operating points (single-model, cluster ladders)
         were chosen at: at most ``rule_price_limit`` times its training price?  Past it, a point that
         picks it takes the cheapest candidate predicted at least as accurate (operating_points.py)."""
-        limit = self.config.rule_price_limit
-        return limit is None or scored.price_ratio is None or scored.price_ratio <= limit
+        return within_price_limit(scored.price_ratio, self.config.rule_price_limit)
+
+    def price_drift(self, scored: Iterable[ScoredDeployment]) -> PriceDrift:
+        """The deployments priced more than PRICE_DRIFT from training either way, when the artifact
+        has fixed points (whose place on the cost frontier those prices move)."""
+        drift = PriceDrift()
+        if not self.has_fixed_points:
+            return drift
+        for c in scored:
+            if c.price_ratio is not None and not 1 / PRICE_DRIFT <= c.price_ratio <= PRICE_DRIFT:
+                name = f"{c.deployment.get('model_name')}/{self.slots[c.slot]} (id {deployment_id(c.deployment)})"
+                drift.ratios[name] = round(c.price_ratio, 3)
+                if not self.priced_as_trained(c):
+                    drift.past_limit.append(name)
+        return drift
 
     def score(self, deployment: Mapping[str, Any]) -> ScoredDeployment:
         """Slot and live prices of one deployment; DeploymentMappingError says what is missing."""

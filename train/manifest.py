@@ -46,6 +46,19 @@ def average_tokens(models: list[str], tokens: np.ndarray | None, rows: np.ndarra
     return {m: float(v) if np.isfinite(v) else default for m, v in zip(models, means)}
 
 
+def average_costs(models: list[str], costs: np.ndarray, output_tokens: np.ndarray | None, rows: np.ndarray) -> dict[str, float]:
+    """Mean cost per request per slot over ``rows``: the training-price reference the runtime
+    compares live prices with (``engine.DecisionEngine.price_ratio``).  Only for slots whose output
+    tokens were measured: the runtime prices the slot's average request from ``avg_output_tokens``,
+    and a default there (no response text in the log) would make the ratio compare unlike requests."""
+    if output_tokens is None:
+        return {}
+    tokens = np.asarray(output_tokens, dtype=np.float64)[rows]
+    measured = np.isfinite(tokens).any(axis=0) if tokens.ndim == 2 else np.full(len(models), np.isfinite(tokens).any())
+    means = np.asarray(costs, dtype=np.float64)[rows].mean(axis=0)
+    return {m: float(c) for m, c, ok in zip(models, means, measured) if ok and np.isfinite(c)}
+
+
 def training_record(config: TrainConfig, device: str, timings: dict, history: list, lambdas: np.ndarray) -> dict[str, Any]:
     return {
         "config": {k: v for k, v in asdict(config).items() if k not in ("progress",)},

@@ -67,7 +67,7 @@ from .config import TrainConfig
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
 from .encoding import BUNDLED_ENCODER_DIR, finetune_encoder, training_encoder
-from .manifest import average_tokens, data_record, encoder_spec, training_record, validation_metrics
+from .manifest import average_costs, average_tokens, data_record, encoder_spec, training_record, validation_metrics
 from .heads import (
     fit_boosts,
     fit_doubly_robust_head,
@@ -385,7 +385,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         cost_normalization=normalizer.to_dict(),
         avg_input_tokens=average_tokens(data.models, data.input_tokens, train_idx, 500.0),
         avg_output_tokens=average_tokens(data.models, data.output_tokens, train_idx, 256.0),
-        avg_cost_usd=dict(zip(data.models, costs[train_idx].mean(axis=0).tolist())),
+        avg_cost_usd=average_costs(data.models, costs, data.output_tokens, train_idx),
         calibration=calibration,
         p_calibration=p_calibration,
         training=training_record(config, device, timings, history, lambdas),

@@ -36,7 +36,7 @@ from ..decision_log import chosen_p, uncorrected_p
 from ..batcher import MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
-from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, price_drift_warning, resolve_tau
+from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
 from ..request import ProteusRequest, RequestShapeError, TauError, TierChoice, read_request
 from ..deployment_correction import DeploymentCorrection, alarm_best_p
 from ..quality_breaker import QualityBreaker
@@ -423,12 +423,13 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         """Warn about deployments priced PRICE_DRIFT off training (``DecisionEngine.price_drift``),
         once per deployment and price: at start-up, and when a price changes at runtime."""
         drift = self.engine.price_drift(scored)
-        new = {name: ratio for name, ratio in drift.items() if self._prices_reported.get(name) != ratio}
+        new = {name: ratio for name, ratio in drift.ratios.items() if self._prices_reported.get(name) != ratio}
         if new:
             if len(self._prices_reported) > 4096:  # deployments come and go at runtime: stay bounded
                 self._prices_reported.clear()
             self._prices_reported.update(new)
-            logger.warning("PROTEUS: %s", price_drift_warning(new, self.config.rule_price_limit))
+            said = type(drift)(new, [name for name in drift.past_limit if name in new])
+            logger.warning("PROTEUS: %s", said.warning(self.config.rule_price_limit))
         return new
 
     def _warn(self, kind: str, message: str) -> None:

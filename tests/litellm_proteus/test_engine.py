@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -42,7 +43,7 @@ def manifest_double(avg_output_tokens=None, avg_input_tokens=None, training_cost
     from litellm_proteus.artifact import TauCalibration
 
     return SimpleNamespace(models=SLOTS, avg_output_tokens=avg_output_tokens or {}, calibration=TauCalibration(),
-                           avg_input_tokens=avg_input_tokens or {}, training_slot_costs=lambda: dict(training_costs or {}))
+                           avg_input_tokens=avg_input_tokens or {}, avg_cost_usd=dict(training_costs or {}))
 
 
 # -- tau ---------------------------------------------------------------------------------------
@@ -334,31 +335,37 @@ def test_price_ratio_compares_the_slots_average_request_at_live_and_training_pri
     assert dearer.price_ratio == pytest.approx(3.0) and not engine.priced_as_trained(dearer)
     unknown = engine.score(deployment("c", "x", slot=SLOTS[2], prices=(1.0, 1.0)))  # no training cost: no limit
     assert unknown.price_ratio is None and engine.priced_as_trained(unknown)
+    at_limit = engine.score(deployment("b", "x", slot=SLOTS[1], prices=(1.8e-6, 0.0)))
+    assert at_limit.price_ratio == pytest.approx(1.5) and engine.priced_as_trained(at_limit)  # up to the limit itself
+    free = DecisionEngine(manifest_double({SLOTS[1]: 10.0}, {SLOTS[1]: 100.0}, {SLOTS[1]: 0.0}), CONFIG)
+    assert free.score(deployment("b", "x", slot=SLOTS[1], prices=(1e-9, 0.0))).price_ratio == math.inf
+    assert free.score(deployment("b", "x", slot=SLOTS[1], prices=(0.0, 0.0))).price_ratio is None
+    broken = DecisionEngine(manifest_double({SLOTS[1]: 10.0}, {SLOTS[1]: 100.0}, {SLOTS[1]: math.nan}), CONFIG)
+    assert broken.score(deployment("b", "x", slot=SLOTS[1], prices=(1e-6, 0.0))).price_ratio is None
     unlimited = DecisionEngine(manifest, ProteusConfig.parse({"rule_price_limit": None}))
     assert unlimited.priced_as_trained(unlimited.score(deployment("b", "x", slot=SLOTS[1], prices=(3.6e-6, 0.0))))
     lax = DecisionEngine(manifest, ProteusConfig.parse({"rule_price_limit": 4}))
     assert lax.priced_as_trained(lax.score(deployment("b", "x", slot=SLOTS[1], prices=(3.6e-6, 0.0))))
 
 
-@pytest.mark.parametrize("value", [1.0, 0.5, -2, "high"])
-def test_rule_price_limit_must_be_above_one(value):
+@pytest.mark.parametrize("value, says", [(1.0, "greater than 1"), (0.5, "greater than 1"), (-2, "greater than 1"),
+                                         ("high", "a number > 1.0, or null"), (True, "a number > 1, or null")])
+def test_rule_price_limit_must_be_a_number_above_one_or_null(value, says):
     from litellm_proteus.config import ProteusConfigError
 
     with pytest.raises(ProteusConfigError) as info:
         ProteusConfig.parse({"rule_price_limit": value})
-    assert "rule_price_limit" in str(info.value)
+    assert "rule_price_limit" in str(info.value) and says in str(info.value)
+    assert ProteusConfig.parse({"rule_price_limit": None}).rule_price_limit is None
 
 
 def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_worse_one():
     """The bundled artifact routes tau 0.84 partly by the cluster ladder gpt-4 / Yi / claude-v2 /
     gpt-3.5: with gpt-3.5 at 100x its training price, each ladder pick of gpt-3.5 becomes the
     cheapest candidate whose calibrated p is at least gpt-3.5's; with the limit off it stays."""
-    from pathlib import Path
-
     import yaml
 
     from litellm_proteus.predictor import ProteusPredictor
-    from litellm_proteus.engine import price_drift_warning
 
     example = yaml.safe_load((Path(__file__).parents[2] / "config.example.yaml").read_text())
     group = [d for d in example["model_list"] if d["model_name"] == "proteus-auto"]
@@ -373,12 +380,18 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
         return engine, engine.decide([DecisionRequest(t, None, 0.84, engine.score_all(model_list)[0]) for t in texts])
 
     engine, _ = route(group, 1.5)
-    assert engine.has_fixed_points and engine.price_drift(engine.score_all(group)[0]) == {}  # training prices
+    assert engine.has_fixed_points and engine.price_drift(engine.score_all(group)[0]).ratios == {}  # training prices
     engine, guarded = route(dearer, 1.5)
     drift = engine.price_drift(engine.score_all(dearer)[0])
-    assert list(drift) and all("gpt-3.5-turbo-1106" in name for name in drift) and min(drift.values()) > 50
-    message = price_drift_warning(drift, 1.5)
+    assert list(drift.ratios) == drift.past_limit and "gpt-3.5-turbo-1106" in drift.past_limit[0]
+    assert min(drift.ratios.values()) > 50
+    message = drift.warning(1.5)
     assert "take the cheapest candidate predicted at least as accurate" in message and "retrain" in message
+    cheaper = [dict(d, litellm_params=dict(d["litellm_params"], input_cost_per_token=1e-7, output_cost_per_token=1e-7))
+               if d["litellm_params"]["model"] == "openai/yi-34b-chat" else d for d in group]
+    down = engine.price_drift(engine.score_all(cheaper)[0])  # a price drop is said too, and is past no limit
+    assert [name.split(" ")[0] for name in down.ratios] == ["proteus-auto/zero-one-ai/Yi-34B-Chat"] and not down.past_limit
+    assert "rule_price_limit: null" in down.warning(None)
     _, unguarded = route(dearer, None)
     traded = [(g, u) for g, u in zip(guarded, unguarded) if u.decision.rule.startswith("cluster") and u.decision.slot == gpt35]
     assert traded, "the ladder sends some of these prompts to gpt-3.5"

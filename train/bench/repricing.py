@@ -35,6 +35,7 @@ def route(predictor, split, tau: float, costs: np.ndarray, slot: int, as_trained
 
 def main(argv: list[str] | None = None) -> int:
     from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+    from litellm_proteus.engine import within_price_limit
     from litellm_proteus.predictor import ProteusPredictor
 
     from ..evaluation.inputs import load_inputs
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             costs = np.array(split.costs, dtype=np.float64)
             costs[:, slot] *= factor
             row = {"tau": tau, "factor": factor, "off": route(predictor, split, tau, costs, slot, True)}
-            for limit in args.limits:  # the engine's rule: the slot's price ratio is the factor
-                row[f"limit {limit:g}"] = route(predictor, split, tau, costs, slot, factor <= limit)
+            for limit in args.limits:  # every cost of the slot scaled by the factor: that is its price ratio
+                row[f"limit {limit:g}"] = route(predictor, split, tau, costs, slot, within_price_limit(factor, limit))
             rows.append(row)
             print(f"tau {tau:g} x{factor:g}: " + " | ".join(
                 f"{name} acc {r['accuracy']:.4f} ${r['cost_per_1k']:.4f}/1K share {r['slot_share']:.3f}"
