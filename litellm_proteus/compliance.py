@@ -576,6 +576,7 @@ class RedisBackend:
 
 
 _STATE_METHODS = frozenset({"read", "decision", "feedback", "state"})  # their first argument: the state key
+FAILURES_BEFORE_LOCAL = 2  # failed Redis calls of one kind in a row that switch a process to local state
 
 
 class ComplianceController:
@@ -599,6 +600,8 @@ class ComplianceController:
         self.local = LocalBackend(self.settings, self.margin)
         self.redis = RedisBackend(self.settings, self.margin, redis_url, timeout_s) if redis_url else None
         self._down_until = 0.0
+        self._failures: dict[str, int] = {}  # per backend method: its consecutive failed Redis calls
+        self._last_failed = False
         self._outage_logged = False
         self._infeasible_warned: dict[str, float] = {}
 
@@ -607,13 +610,20 @@ class ComplianceController:
             if time.monotonic() >= self._down_until:
                 try:
                     result = getattr(self.redis, method)(*args)
+                    self._failures[method], self._last_failed = 0, False
                     if self._outage_logged:
                         logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
                         self._outage_logged = False
                     return result
-                except Exception as exc:  # any Redis trouble: serve on local state, never fail the request
-                    self._down_until = time.monotonic() + self.settings.retry_after_s
-                    if not self._outage_logged:
+                except Exception as exc:  # any Redis trouble: serve this call on local state, never fail the request
+                    failures = self._failures[method] = self._failures.get(method, 0) + 1
+                    self._last_failed = True
+                    # One reply that missed the timeout on a busy host is no outage: the next call asks Redis
+                    # again.  The same call failing twice in a row is one (per call: a Redis that answers reads
+                    # but not writes is down for writes): local state for retry_after_s.
+                    if failures >= FAILURES_BEFORE_LOCAL:
+                        self._down_until = time.monotonic() + self.settings.retry_after_s
+                    if failures >= FAILURES_BEFORE_LOCAL and not self._outage_logged:
                         logger.warning(
                             "PROTEUS compliance: Redis failed (%s); this process keeps its own controller state, going on "
                             "from the state it last read from Redis, and retries Redis every %.0f s",
@@ -628,8 +638,8 @@ class ComplianceController:
 
     @property
     def shared(self) -> bool:
-        """Whether the last calls reached Redis."""
-        return self.redis is not None and time.monotonic() >= self._down_until
+        """Whether the last call reached Redis."""
+        return self.redis is not None and not self._last_failed and time.monotonic() >= self._down_until
 
     def control(self, state_key: str, tau: float) -> Control:
         if not self.settings.enabled:

@@ -28,6 +28,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -396,6 +397,9 @@ class DecisionLogWriter:
         self.redis_skipped = 0
         self._counts_lock = threading.Lock()
         self._redis_down_until = 0.0
+        # index entries (key, line) not yet in Redis: re-sent with the next write (SET is idempotent), so
+        # a timeout or an outage costs feedback on other workers only until Redis takes a write again
+        self._index_backlog: deque[tuple[str, str]] = deque()
         self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
         self._warnings = RateLimitedWarnings(logger, 30.0)
         self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
@@ -515,32 +519,47 @@ class DecisionLogWriter:
                     self._unlogged(written[i][0])
 
     def _write_redis(self, records: list[tuple[dict[str, Any], str]]) -> None:
-        if not records:
+        settings = self.settings
+        stream = [line.rstrip("\n") for _, line in records] if settings.redis_stream else []
+        if settings.redis_index:
+            self._index_backlog.extend((settings.redis_key_prefix + record["call_id"], line.rstrip("\n"))
+                                       for record, line in records if record["type"] == "decision")
+        overflow = len(self._index_backlog) - settings.queue_size  # bounded like the queue: the oldest go
+        for _ in range(max(0, overflow)):
+            self._index_backlog.popleft()
+        self.redis_skipped += max(0, overflow)
+        if not stream and not self._index_backlog:
             return
         if time.monotonic() < self._redis_down_until:
-            self.redis_skipped += len(records)
+            self.redis_skipped += len(stream)
             return
-        settings = self.settings
         ttl = max(1, int(settings.feedback_max_age_s))
+        index = list(self._index_backlog)
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for record, line in records:
-                line = line.rstrip("\n")
-                if settings.redis_stream:
-                    pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
-                if settings.redis_index and record["type"] == "decision":
-                    pipe.set(settings.redis_key_prefix + record["call_id"], line, ex=ttl)
+            for line in stream:
+                pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
+            for key, line in index:
+                pipe.set(key, line, ex=ttl)
             pipe.execute()
         except Exception as exc:  # redis.RedisError, OSError: the files still have every record
-            self.redis_skipped += len(records)
+            self.redis_skipped += len(stream)  # a stream entry is not re-sent: it may have been added
             self._redis_down_until = time.monotonic() + self.retry_after_s
-            self._warnings.warn("redis", "PROTEUS decision log: Redis write failed (files unaffected): %s", exc)
+            self._warnings.warn("redis", "PROTEUS decision log: Redis write failed (files unaffected; the index is "
+                                "re-sent with the next write): %s", exc)
+            return
+        for _ in index:
+            self._index_backlog.popleft()
 
 
-def redis_client(settings: RedisSettings) -> Any:
+WRITE_TIMEOUT_S = 2.0  # the writer thread's Redis calls: off the request path, so a busy host is no outage
+
+
+def redis_client(settings: RedisSettings, timeout_s: float | None = None) -> Any:
+    """A client of ``settings``; ``timeout_s`` (default: the request path's ``timeout_ms``) per call."""
     import redis
 
-    timeout = settings.timeout_ms / 1000.0
+    timeout = settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
     return redis.Redis.from_url(
         settings.connection_url(), socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True
     )

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from .. import compliance_metrics
 from ..config import ProteusConfig
 from ..decision_log import (
+    WRITE_TIMEOUT_S,
     DecisionLogWriter,
     LoggedCandidate,
     decision_record,
@@ -72,7 +73,8 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
     with _lock:
         if key not in _logs:
             client, retry = _redis(config)
-            writer = DecisionLogWriter(settings, client, retry_after_s=retry)
+            writer_client = redis_client(config.redis, WRITE_TIMEOUT_S) if config.redis else None
+            writer = DecisionLogWriter(settings, writer_client, retry_after_s=retry)
             desk = FeedbackDesk(settings, writer.submit, client)
             writer.on_unlogged = desk.forget  # a decision the writer could not log takes no feedback
             _logs[key] = (writer, desk)

@@ -277,10 +277,11 @@ def test_a_redis_outage_goes_on_from_the_shared_state_it_last_read(redis_server,
     client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=30)
     client.execute_command("CLIENT", "PAUSE", 3000, "ALL")
     with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
-        during = controller.control(key, tau)
-        assert "keeps its own controller state" in caplog.text  # the read above failed: local state
+        during = controller.control(key, tau)  # failed: this call on local state
+        assert "keeps its own controller state" not in caplog.text and not controller.shared
         controller.record_decision(key, tau, 0.70, 0.95)  # local, one step from the shared state
         after_step = controller.control(key, tau).delta
+        assert "keeps its own controller state" in caplog.text  # the read failed twice in a row: an outage
         snap = controller.snapshot(key)
     assert client.ping()  # answered once the pause is over
     assert during.delta == shared.delta and during.infeasible == shared.infeasible
@@ -290,6 +291,31 @@ def test_a_redis_outage_goes_on_from_the_shared_state_it_last_read(redis_server,
 
     client.hset(controller.redis._keys(key)[0], "delta", "0.125")  # Redis is back: its state wins
     assert controller.control(key, tau).delta == 0.125 and controller.shared
+
+
+def test_one_redis_timeout_serves_one_call_locally_and_the_next_asks_redis_again(redis_server, caplog):
+    """A reply that misses timeout_ms on a busy host is not an outage: no retry_after_s on local state."""
+    key, tau = "tier:standard", 0.8
+    controller = ComplianceController(ComplianceSettings(retry_after_s=3600.0), redis_url=redis_server.url)
+    for _ in range(60):
+        controller.record_decision(key, tau, 0.70, 0.95)
+    shared = controller.control(key, tau)
+    real_read, calls = controller.redis.read, []
+
+    def read_once_late(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise TimeoutError("Timeout reading from socket")
+        return real_read(*args)
+
+    controller.redis.read = read_once_late
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        late = controller.control(key, tau)  # local, from the state last read
+        assert late.delta == shared.delta and not controller.shared
+        controller.record_decision(key, tau, 0.70, 0.95)  # Redis again, though retry_after_s is an hour
+        assert controller.shared and controller.control(key, tau).delta == pytest.approx(shared.delta, abs=0.02)
+    assert len(calls) == 2 and "keeps its own controller state" not in caplog.text
+    assert controller.redis.state(key).n == 61  # the decision after the timeout reached Redis
 
 
 def test_a_state_continued_from_its_sums_lets_its_oldest_entries_leave_at_their_mean():

@@ -134,6 +134,53 @@ def test_redis_stream_and_index_and_redis_dying_leaves_the_files_whole(tmp_path,
     assert [r["call_id"] for r in iter_records(tmp_path / "log") if r["type"] == "decision"] == ["a"] + [f"after-{i}" for i in range(5)]
 
 
+class TimesOutFirst:
+    """A real Redis client whose first ``failures`` pipeline executions time out before sending,
+    as a reply that misses the socket timeout on a busy host does."""
+
+    def __init__(self, url: str, failures: int):
+        self.client, self.failures = redis_lib.Redis.from_url(url, decode_responses=True), failures
+
+    def pipeline(self, transaction: bool = True):
+        pipe, outer = self.client.pipeline(transaction=transaction), self
+
+        class Flaky:
+            def __getattr__(self, name):
+                return getattr(pipe, name)
+
+            def execute(self):
+                if outer.failures > 0:
+                    outer.failures -= 1
+                    raise redis_lib.TimeoutError("Timeout reading from socket")
+                return pipe.execute()
+
+        return Flaky()
+
+
+def test_index_entries_a_failed_write_missed_are_sent_with_the_next_one(tmp_path, redis_server):
+    writer = DecisionLogWriter(settings(tmp_path, redis_index=True), TimesOutFirst(redis_server.url, 1), retry_after_s=0.0)
+    writer.submit(make_decision("lost-reply"))
+    assert writer.flush()
+    admin = redis_lib.Redis.from_url(redis_server.url, decode_responses=True)
+    assert admin.get("proteus:decision:lost-reply") is None  # the write timed out
+    writer.submit(make_decision("next"))
+    assert writer.flush()
+    writer.close()
+    assert {json.loads(admin.get(f"proteus:decision:{c}"))["call_id"] for c in ("lost-reply", "next")} == {"lost-reply", "next"}
+    assert writer.redis_skipped == 0  # nothing the index needs was given up
+
+
+def test_the_index_backlog_is_bounded_by_the_queue_size(tmp_path, redis_server):
+    writer = DecisionLogWriter(settings(tmp_path, redis_index=True, queue_size=3), TimesOutFirst(redis_server.url, 10**6),
+                               retry_after_s=0.0)
+    for i in range(5):
+        writer.submit(make_decision(f"d{i}"))
+        assert writer.flush()
+    writer.close()
+    assert len(writer._index_backlog) == 3 and writer.redis_skipped == 2  # the oldest two given up, counted
+    assert [key for key, _ in writer._index_backlog] == [f"proteus:decision:d{i}" for i in (2, 3, 4)]
+
+
 def test_join_log_pairs_the_latest_decision_outcome_and_feedback(tmp_path):
     writer = DecisionLogWriter(settings(tmp_path))
     for record in (

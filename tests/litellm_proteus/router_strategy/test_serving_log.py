@@ -150,3 +150,16 @@ def test_a_feedback_body_nested_too_deep_for_the_json_parser_is_a_400():
     with pytest.raises(ProxyException) as info:
         asyncio.run(require_json_object(request))
     assert str(info.value.code) == "400" and "JSON object" in info.value.message
+
+
+def test_the_writer_thread_waits_on_redis_longer_than_the_request_path(tmp_path):
+    from litellm_proteus.config import ProteusConfig
+    from litellm_proteus.decision_log import WRITE_TIMEOUT_S
+    from litellm_proteus.router_strategy.serving_log import shared_decision_log
+
+    config = ProteusConfig.parse({"redis": {"url": "redis://127.0.0.1:1/0", "timeout_ms": 50},
+                                  "decision_log": {"dir": str(tmp_path / "timeouts"), "redis_index": True}})
+    writer, desk = shared_decision_log(config)
+    timeout = lambda client: client.connection_pool.connection_kwargs["socket_timeout"]  # noqa: E731
+    assert timeout(desk.redis) == 0.05  # feedback lookups answer a client: the request budget
+    assert timeout(writer.redis) == WRITE_TIMEOUT_S > 0.05  # a 512-record pipeline off the request path
