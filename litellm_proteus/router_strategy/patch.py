@@ -214,7 +214,9 @@ def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrateg
         problems.append(f"artifact {artifact_dir(config)}: cannot load ({type(exc).__name__}: {exc})")
     if problems:
         raise _startup_error("; ".join(problems))
-    strategy = ProteusRoutingStrategy(router, config, engine, shared_store(config.redis) if config.redis else None)
+    previous = _installed.get(router)  # a settings change: what still means the same carries over
+    store = shared_store(config.redis, previous.tier_store if previous is not None else None) if config.redis else None
+    strategy = ProteusRoutingStrategy(router, config, engine, store, replaces=previous)
     router.set_custom_routing_strategy(strategy)
     if strategy.tier_store is not None:
         strategy.tier_store.start_warming()  # the first Redis connection opens before the first request
