@@ -117,10 +117,12 @@ class Control:
 
 def state_key_for(tier: str, tau_source: str, tau: float, bucket: float) -> str:
     """A request that sends its own tau shares state with others in its tau bucket; all others
-    share their tier's."""
+    share their tier's at the tier's tau (``tier:<name>@<tau>``): delta, the infeasible flag and the
+    labels mean something only against the tau they were learnt at, so a tier whose tau changes
+    starts a new state (the old one expires by its TTL)."""
     if tau_source == "request":
         return f"tau:{math.floor(round(tau / bucket, 9)) * bucket:.4g}"
-    return f"tier:{tier}"
+    return f"tier:{tier}@{tau:.4g}"
 
 
 @dataclass
@@ -229,14 +231,25 @@ class ResidualWindow:
         return len(self.values), self.total, self.total_sq
 
 
+class LocalStates:
+    """A process's own compliance state: the per-state windows, the per-deployment residual windows
+    and when each state was last called infeasible.  Shared by the controllers of one state store
+    (``shared_controller``), so a controller rebuilt with other settings goes on from it."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, WindowState] = {}
+        self.residuals: dict[str, ResidualWindow] = {}  # per-deployment feedback residuals (deployment_residuals.py)
+        self.infeasible_warned: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+
 class LocalBackend:
     """This process's own state (also the fallback when Redis fails)."""
 
-    def __init__(self, settings: ComplianceSettings, margin: float):
+    def __init__(self, settings: ComplianceSettings, margin: float, store: LocalStates | None = None):
         self.s, self.margin = settings, margin
-        self._states: dict[str, WindowState] = {}
-        self._residuals: dict[str, ResidualWindow] = {}  # per-deployment feedback residuals (deployment_residuals.py)
-        self._lock = threading.Lock()
+        self.store = store or LocalStates()
+        self._states, self._residuals, self._lock = self.store.states, self.store.residuals, self.store.lock
 
     def _get(self, key: str) -> WindowState:  # with the lock held
         return self._states.setdefault(key, WindowState())
@@ -266,7 +279,7 @@ class LocalBackend:
             state.sum_p += p
             state.sum_p2 += p * p
             state.sum_best += p_best
-            if state.n > self.s.window:
+            while state.n > self.s.window:  # a window made smaller (settings change) shrinks at once
                 if state.seeded:
                     state.seeded -= 1
                     old_p, old_p2, old_best = state.seed_mean
@@ -286,7 +299,7 @@ class LocalBackend:
             state.n_labels += 1
             state.sum_res += y - p
             state.sum_y += y
-            if state.n_labels > self.s.label_window:
+            while state.n_labels > self.s.label_window:
                 if state.seeded_labels:
                     state.seeded_labels -= 1
                     old_res, old_y = state.seed_label_mean
@@ -352,7 +365,7 @@ if kind == 'f' then
   redis.call('RPUSH', ll, ARGV[3] .. ' ' .. ARGV[4])
   redis.call('HINCRBYFLOAT', h, 'sum_res', x - p)
   redis.call('HINCRBYFLOAT', h, 'sum_y', x)
-  if redis.call('LLEN', ll) > lwindow then
+  while redis.call('LLEN', ll) > lwindow do  -- a window made smaller shrinks at once
     local op, oy = split(redis.call('LPOP', ll))
     redis.call('HINCRBYFLOAT', h, 'sum_res', op - oy)
     redis.call('HINCRBYFLOAT', h, 'sum_y', -oy)
@@ -384,7 +397,7 @@ else
   redis.call('HINCRBYFLOAT', h, 'sum_p2', p * p)
   redis.call('HINCRBYFLOAT', h, 'sum_best', x)
   scan = scan + p * p
-  if redis.call('LLEN', dl) > window then
+  while redis.call('LLEN', dl) > window do
     local op, ob = split(redis.call('LPOP', dl))
     redis.call('HINCRBYFLOAT', h, 'sum_p', -op)
     redis.call('HINCRBYFLOAT', h, 'sum_p2', -op * op)
@@ -482,7 +495,7 @@ class RedisBackend:
 
         import redis
 
-        self.s, self.margin = settings, margin
+        self.s, self.margin, self.url = settings, margin, url
         self.client = redis.Redis.from_url(  # named per process: CLIENT LIST shows which workers share the state
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True,
             client_name=f"{CLIENT_NAME_PREFIX}{os.getpid()}",
@@ -594,16 +607,28 @@ class ComplianceController:
         redis_url: str | None = None,
         timeout_s: float = 0.05,
         artifact_margin: float = 0.0,
+        local_states: LocalStates | None = None,
     ):
         self.settings = settings or ComplianceSettings()
         self.margin = artifact_margin if self.settings.margin is None else self.settings.margin
-        self.local = LocalBackend(self.settings, self.margin)
+        self.local = LocalBackend(self.settings, self.margin, local_states)
         self.redis = RedisBackend(self.settings, self.margin, redis_url, timeout_s) if redis_url else None
         self._down_until = 0.0
         self._failures: dict[str, int] = {}  # per backend method: its consecutive failed Redis calls
         self._last_failed = False
         self._outage_logged = False
-        self._infeasible_warned: dict[str, float] = {}
+        self._infeasible_warned = self.local.store.infeasible_warned  # per state store: a rebuilt controller does not warn again
+        self.released = False  # set by ``release``: no live strategy uses this controller any more
+
+    def close(self) -> None:
+        """No live strategy uses this controller: its Redis connection closes (its state stays in
+        the state store and in Redis)."""
+        self.released = True
+        if self.redis is not None:
+            try:
+                self.redis.client.close()
+            except Exception:  # a connection that cannot close cleanly is dropped all the same
+                pass
 
     def _call(self, method: str, *args: Any) -> Any:
         if self.redis is not None:
@@ -708,13 +733,36 @@ _shared: dict[tuple, ComplianceController] = {}
 _shared_lock = threading.Lock()
 
 
+def _state_store(controller: ComplianceController) -> tuple:
+    """Where a controller's states are kept: the Redis URL and the key prefix."""
+    return (controller.redis.url if controller.redis is not None else None, controller.settings.key_prefix)
+
+
 def shared_controller(
-    settings: ComplianceSettings, redis_url: str | None, timeout_s: float, artifact_margin: float
+    settings: ComplianceSettings, redis_url: str | None, timeout_s: float, artifact_margin: float,
+    replaces: ComplianceController | None = None,
 ) -> ComplianceController:
     """One controller per configuration per process: rebuilt routers keep the local state (and the
-    Redis outage flag) of the ones they replace."""
+    Redis outage flag) of the ones they replace.  A new configuration gets a new controller; when it
+    ``replaces`` the controller of the router's previous strategy and keeps its state store (Redis
+    URL and key prefix), it goes on from that one's local state -- windows, delta, infeasible flag,
+    residual windows -- with the new settings.  A state is keyed by its tier and tau (or tau
+    bucket), so a change that alters what a state means starts another one.  ``release_unused``
+    closes the controllers no live strategy uses."""
     key = (settings.model_dump_json(), redis_url, timeout_s, artifact_margin)
     with _shared_lock:
         if key not in _shared:
-            _shared[key] = ComplianceController(settings, redis_url, timeout_s, artifact_margin)
+            same_store = replaces is not None and _state_store(replaces) == (redis_url, settings.key_prefix)
+            _shared[key] = ComplianceController(settings, redis_url, timeout_s, artifact_margin,
+                                                replaces.local.store if same_store else None)
         return _shared[key]
+
+
+def release_unused(live: Any) -> list[ComplianceController]:
+    """Close the shared controllers not in ``live`` (their Redis connections); returns them."""
+    keep = {id(c) for c in live}
+    with _shared_lock:
+        released = [_shared.pop(k) for k in [k for k, c in _shared.items() if id(c) not in keep]]
+    for controller in released:
+        controller.close()
+    return released

@@ -1,4 +1,4 @@
-"""Prometheus gauges of live compliance, per controller state key (``tier:<name>`` or ``tau:<bucket>``).
+"""Prometheus gauges of live compliance, per controller state key (``tier:<name>@<tau>`` or ``tau:<bucket>``).
 
 - ``proteus_predicted_accuracy{state_key}``: mean calibrated p of the chosen deployments over the
   window (label-free);
@@ -45,8 +45,9 @@ class _Window:
 
 _windows: dict[str, _Window] = {}
 _exported: dict[str, float] = {}
-_trailing: dict[str, threading.Timer] = {}  # a refresh due at the end of the interval, per state key
+_trailing: dict[str, tuple[threading.Timer, Any]] = {}  # a refresh due at the end of the interval (and its controller), per state key
 _lock = threading.Lock()
+_write_lock = threading.Lock()
 
 
 class _Gauges:
@@ -129,14 +130,20 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict
             if state_key not in _trailing:  # off the request path: the snapshot may read Redis
                 timer = threading.Timer(every_s - since, _trailing_export, (state_key, controller))
                 timer.daemon = True
-                _trailing[state_key] = timer
+                _trailing[state_key] = (timer, controller)
                 timer.start()
             return None
         _exported[state_key] = now
+    if getattr(controller, "released", False):  # a replaced controller's state is no longer what routes
+        return None
     live = controller is not None and controller.settings.enabled  # a disabled controller records nothing
     snapshot = controller.snapshot(state_key) if live else local_snapshot(state_key)
     g = gauges()
-    if g is not None:
+    if g is None:
+        return snapshot
+    with _write_lock:  # ``release`` takes it too: once it returns, a replaced controller writes nothing
+        if getattr(controller, "released", False):
+            return None
         for gauge, field in ((g.predicted, "p_mean"), (g.realised, "realised_mean")):
             value = snapshot.get(field)
             if value is not None and math.isfinite(value):  # the controller says NaN for an empty window
@@ -147,9 +154,23 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0) -> dict
     return snapshot
 
 
+def release(controllers: Any) -> None:
+    """``controllers`` no longer route (a settings change replaced them): their pending refreshes
+    are cancelled, and one already running writes nothing (``ComplianceController.released``)."""
+    ids = {id(c) for c in controllers}
+    if not ids:
+        return
+    with _lock:
+        for key in [k for k, (_, c) in _trailing.items() if id(c) in ids]:
+            _trailing.pop(key)[0].cancel()
+    with _write_lock:  # waits for a refresh writing now; the flag is set before this is called
+        pass
+
+
 def _trailing_export(state_key: str, controller: Any) -> None:
     with _lock:
-        _trailing.pop(state_key, None)
+        if _trailing.get(state_key, (None, None))[1] is controller:  # not a newer controller's timer
+            _trailing.pop(state_key)
     export(state_key, controller)
 
 

@@ -387,8 +387,10 @@ class DecisionLogWriter:
     file nor Redis (over ``max_bytes`` even without its text, or not serialisable), so the feedback
     desk that remembered it forgets it (``FeedbackDesk.forget``)."""
 
-    def __init__(self, settings: DecisionLogSettings, redis_client: Any = None, retry_after_s: float = 1.0):
+    def __init__(self, settings: DecisionLogSettings, redis_client: Any = None, retry_after_s: float = 1.0,
+                 owns_redis: bool = False):
         self.settings = settings
+        self._owns_redis = owns_redis  # the client closes with the writer
         self.files = RotatingJsonl(settings.dir, settings.max_bytes, settings.max_files) if settings.dir else None
         self.redis = redis_client
         self.retry_after_s = retry_after_s
@@ -402,13 +404,17 @@ class DecisionLogWriter:
         self._index_backlog: deque[tuple[str, str]] = deque()
         self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
         self._warnings = RateLimitedWarnings(logger, 30.0)
+        self._closed = False
         self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self._thread = threading.Thread(target=self._run, name="proteus-decision-log", daemon=True)
         self._thread.start()
         atexit.register(self.close)  # a worker stopping normally writes what is queued
 
     def submit(self, record: dict[str, Any]) -> bool:
-        """Queue a record; False (and counted) when the queue is full."""
+        """Queue a record; False (and counted) when the queue is full or the writer is closed."""
+        if self._closed:
+            self._drop(1)
+            return False
         try:
             self._queue.put_nowait(record)
             return True
@@ -426,6 +432,9 @@ class DecisionLogWriter:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued so far is written (for tests and shutdown)."""
+        if self._closed:  # what was queued is written before the thread ends
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
         done = threading.Event()
         try:
             self._queue.put(done, timeout=timeout)
@@ -433,13 +442,23 @@ class DecisionLogWriter:
             return False
         return done.wait(timeout)
 
-    def close(self, timeout: float = 10.0) -> None:
-        if self._thread.is_alive():
+    def close(self, timeout: float = 10.0, wait: bool = True) -> None:
+        """Write what is queued, then end the thread and close the file (and the Redis client it owns);
+        later records are dropped (counted).  ``wait`` False: return at once (the thread ends on its own)."""
+        self._closed = True
+        if not self._thread.is_alive():
+            return
+        if not wait:
             try:
-                self._queue.put(_STOP, timeout=timeout)
-            except queue.Full:
-                return
-            self._thread.join(timeout)
+                self._queue.put_nowait(_STOP)
+            except queue.Full:  # the thread is behind: the stop waits for room off the caller's thread
+                threading.Thread(target=self._queue.put, args=(_STOP,), name="proteus-decision-log-close", daemon=True).start()
+            return
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            return
+        self._thread.join(timeout)
 
     def _run(self) -> None:
         while True:
@@ -460,9 +479,33 @@ class DecisionLogWriter:
                 if isinstance(item, threading.Event):
                     item.set()
             if any(item is _STOP for item in batch):
-                if self.files is not None:
-                    self.files.close()
+                late = []  # queued by a submit that raced the stop
+                while True:
+                    try:
+                        late.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                records = [r for r in late if isinstance(r, dict)]
+                try:
+                    self._write(records)
+                except Exception as exc:
+                    self._warnings.warn("crash", "PROTEUS decision log: cannot write %d records: %s", len(records), exc)
+                for item in late:
+                    if isinstance(item, threading.Event):
+                        item.set()
+                self._stopped()
                 return
+
+    def _stopped(self) -> None:
+        """On the writer thread, once the stop is reached: nothing is left to write."""
+        if self.files is not None:
+            self.files.close()
+        if self._owns_redis and self.redis is not None:
+            try:
+                self.redis.close()
+            except Exception:
+                pass
+        atexit.unregister(self.close)  # a closed writer needs nothing at exit (and is no longer held by atexit)
 
     def _write(self, records: list[dict[str, Any]]) -> None:
         if not records:

@@ -124,6 +124,20 @@ class FeedbackDesk:
             while len(self._decisions) > self.settings.index_size:
                 self._decisions.popitem(last=False)
 
+    def adopt(self, other: "FeedbackDesk") -> None:
+        """Take over ``other``'s remembered decisions and scored call ids (the desk of an earlier
+        decision-log configuration), newest kept within ``index_size``; this desk's own stay newer."""
+        with other._lock:
+            decisions, scored = list(other._decisions.items()), list(other._scored)
+        with self._lock:
+            mine, self._decisions = self._decisions, OrderedDict(decisions)
+            self._decisions.update(mine)
+            self._scored = OrderedDict.fromkeys([*scored, *self._scored])
+            while len(self._decisions) > self.settings.index_size:
+                self._decisions.popitem(last=False)
+            while len(self._scored) > self.settings.index_size:
+                self._scored.popitem(last=False)
+
     def forget(self, decision: dict[str, Any]) -> None:
         """Forget ``decision`` (this very record: a retry's later decision under the same call id
         stays): the log did not keep it, so it takes no feedback here either."""

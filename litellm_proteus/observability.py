@@ -68,7 +68,7 @@ class DecisionRecord:
     device: str = ""  # where the decision ran (cpu, cuda, cuda:N); "" = not recorded
     delta: float = 0.0  # compliance controller's tau offset
     infeasible: bool = False
-    state_key: str = ""  # compliance controller state (tier:<name> | tau:<bucket>)
+    state_key: str = ""  # compliance controller state (tier:<name>@<tau> | tau:<bucket>)
     operating_point: str = ""  # the calibrated point that decided (operating_point_label); "" = not recorded
     breaker_excluded: int = 0  # deployments the quality breaker left out of this request's candidates
 

@@ -118,6 +118,7 @@ class ShadowEvaluator:
         self.tasks: set[asyncio.Task] = set()
         self._lock = threading.Lock()  # pending: routing and callbacks may run on different threads
         self._write_lock = threading.Lock()
+        self._closed = False
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
 
     # -- on the request path: cheap, never raises ------------------------------------------------
@@ -285,7 +286,18 @@ class ShadowEvaluator:
         """Append the row (whole or not at all); False for a row over ``max_bytes``.  A folder removed
         under the writer is made again and the row written into a new file (``RotatingJsonl.write_lines``)."""
         with self._write_lock:
-            return self.files.write(json.dumps(row, separators=(",", ":")) + "\n")
+            try:
+                return self.files.write(json.dumps(row, separators=(",", ":")) + "\n")
+            finally:
+                if self._closed:  # a job that outlived a settings change: its row is written, no file stays open
+                    self.files.close()
+
+    def close(self) -> None:
+        """No live strategy uses this evaluator (a settings change replaced it): its file closes;
+        jobs still running write their rows and close the file again."""
+        with self._write_lock:
+            self._closed = True
+            self.files.close()
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait for the running jobs (tests, shutdown)."""

@@ -37,7 +37,6 @@ _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 CACHE_MAX_ENTRIES = 10_000
 CLIENT_NAME = "litellm-proteus"  # how the proxy's connections show in Redis's CLIENT LIST
-SHARED_STORES_MAX = 16
 
 
 class TierStoreError(RuntimeError):
@@ -141,6 +140,29 @@ class TierStore:
         if client is not None:
             await client.aclose()
 
+    def close(self) -> None:
+        """No live strategy uses this store (a settings change replaced it): close its clients.  An
+        event loop's client closes on that loop (a task, or a call handed to a loop running in
+        another thread); a closed loop's connections went with it."""
+        clients, self._async_clients = list(self._async_clients.items()), weakref.WeakKeyDictionary()
+        self._first_connects = weakref.WeakKeyDictionary()
+        try:
+            current = asyncio.get_running_loop()
+        except RuntimeError:
+            current = None
+        for loop, client in clients:
+            if loop.is_closed():
+                continue
+            if loop is current:
+                task = loop.create_task(client.aclose())
+                _closing.add(task)  # referenced until done: a task nobody holds may be collected
+                task.add_done_callback(_closing.discard)
+            elif loop.is_running():
+                asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+        if self._sync_client is not None:
+            self._sync_client.close()
+            self._sync_client = None
+
     async def aget(self, key_hash: str) -> str | None:
         """The key's tier or None; TierStoreError when Redis cannot answer within the timeout.
 
@@ -237,21 +259,35 @@ class TierStore:
         return sorted(out)
 
 
-_shared_stores: OrderedDict[str, TierStore] = OrderedDict()
+_shared_stores: dict[str, TierStore] = {}
 _shared_lock = threading.Lock()
+_closing: set[asyncio.Task] = set()
 
 
-def shared_store(settings: RedisSettings) -> TierStore:
+def shared_store(settings: RedisSettings, replaces: TierStore | None = None) -> TierStore:
     """One store per Redis settings per process: a rebuilt Router (config reload, settings update)
-    keeps the open connections and every key's last known tier."""
+    keeps the open connections and every key's last known tier.  A new store that ``replaces`` the
+    router's previous one on the same Redis and key prefix (other timeouts, say) takes over its last
+    known tiers.  ``release_unused`` closes the stores no live strategy uses."""
     key = settings.model_dump_json()
     with _shared_lock:
         store = _shared_stores.get(key)
         if store is None:
             store = _shared_stores[key] = TierStore(settings)
-            while len(_shared_stores) > SHARED_STORES_MAX:
-                _shared_stores.popitem(last=False)
+            if replaces is not None and (replaces.settings.connection_url(), replaces.settings.key_prefix) == (
+                    settings.connection_url(), settings.key_prefix):
+                store._last_known.update(replaces._last_known)
         return store
+
+
+def release_unused(live: Any) -> int:
+    """Close the shared stores not in ``live``; returns how many."""
+    keep = {id(store) for store in live}
+    with _shared_lock:
+        stale = [_shared_stores.pop(k) for k in [k for k, s in _shared_stores.items() if id(s) not in keep]]
+    for store in stale:
+        store.close()
+    return len(stale)
 
 
 def _reason(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ import yaml
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
 from litellm_proteus.decision_log import (FILE_PREFIX, FILE_SUFFIX, LoggedCandidate, decision_record, feedback_record,
                                           log_file_name, outcome_record)
+from litellm_proteus.compliance import state_key_for
 from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
 from litellm_proteus.shadow_rows import SHADOW_PREFIX, shadow_row
@@ -174,7 +175,7 @@ def simulate(args: argparse.Namespace) -> dict:
         tier = tier_names[tier_of[r]]
         candidates = [LoggedCandidate(f"sim-{j}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
         records.append((ts, decision_record(
-            call_id=call_id, key_hash=None, tier=tier, tau_source="tier", state_key=f"tier:{tier}", tau=float(taus[r]),
+            call_id=call_id, key_hash=None, tier=tier, tau_source="tier", state_key=state_key_for(tier, "tier", float(taus[r]), 0.01), tau=float(taus[r]),
             tau_requested=None, tau_effective=float(taus[r]), delta=0.0, mu=float(routed.mu[r]), model_group="proteus-auto",
             candidates=candidates, chosen=step.index, propensity=step.propensity, prompt=prompts[r], artifact=weights_sha,
             log_prompt=True, ts=ts,

@@ -220,8 +220,10 @@ def _install(router: Router, routing_strategy_args: Any, update: bool) -> Proteu
         problems.append(f"artifact {artifact_dir(config)}: cannot load ({type(exc).__name__}: {exc})")
     if problems:
         raise _startup_error("; ".join(problems), update)
+    previous = _installed.get(router)  # a settings change: what still means the same carries over
+    store = shared_store(config.redis, previous.tier_store if previous is not None else None) if config.redis else None
     try:
-        strategy = ProteusRoutingStrategy(router, config, engine, shared_store(config.redis) if config.redis else None)
+        strategy = ProteusRoutingStrategy(router, config, engine, store, replaces=previous)
     except OSError as exc:  # the decision log's folder or files (the only files the strategy opens)
         where = f"decision_log.dir {config.decision_log.dir!r}" if config.decision_log else "files"
         raise _startup_error(f"routing_strategy_args.{where} cannot be used: {exc}", update) from exc

@@ -9,7 +9,14 @@
   remembers its candidates, ``log_outcome`` starts the shadow job once the response is complete.
 
 One writer (thread, files, Redis) per process and decision-log configuration, shared by the
-strategies of rebuilt routers, as the predictors and batchers are.
+strategies of rebuilt routers, as the predictors and batchers are.  A settings change that gives
+another configuration starts another writer and feedback desk; ``release_unused`` (called by the
+strategy's ``release_unused`` whenever a router's strategy is replaced) then closes the writers no
+live strategy uses: what they have queued is written, their thread ends and their file closes.  The
+new desk takes over the in-memory feedback index of the desk it replaces, so a decision routed
+before the change still takes its feedback without Redis.  An outcome is written by the log that is
+current when it arrives: with another ``dir``, the outcomes of calls in flight at the change go to
+the new folder.
 """
 
 from __future__ import annotations
@@ -64,8 +71,9 @@ def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
         return _shadows[key]
 
 
-def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, FeedbackDesk] | None:
-    """The writer and feedback desk for ``config.decision_log`` (None when it is not configured)."""
+def shared_decision_log(config: ProteusConfig, replaces: FeedbackDesk | None = None) -> tuple[DecisionLogWriter, FeedbackDesk] | None:
+    """The writer and feedback desk for ``config.decision_log`` (None when it is not configured).  A new
+    desk takes over the in-memory index of the desk it ``replaces`` (the router's previous strategy's)."""
     settings = config.decision_log
     if settings is None:
         return None
@@ -74,11 +82,39 @@ def shared_decision_log(config: ProteusConfig) -> tuple[DecisionLogWriter, Feedb
         if key not in _logs:
             client, retry = _redis(config)
             writer_client = redis_client(config.redis, WRITE_TIMEOUT_S) if config.redis else None
-            writer = DecisionLogWriter(settings, writer_client, retry_after_s=retry)
+            writer = DecisionLogWriter(settings, writer_client, retry_after_s=retry, owns_redis=True)
             desk = FeedbackDesk(settings, writer.submit, client)
-            writer.on_unlogged = desk.forget  # a decision the writer could not log takes no feedback
+            if replaces is not None:  # decisions routed under the earlier configuration keep their feedback
+                desk.adopt(replaces)
+            writer.on_unlogged = _forget  # a decision the writer could not log takes no feedback
             _logs[key] = (writer, desk)
         return _logs[key]
+
+
+def _forget(record: dict) -> None:
+    """A decision no log kept: every desk that remembers it forgets it (a desk may have taken it
+    over from the one that remembered it first)."""
+    with _lock:
+        desks = [desk for _, desk in _logs.values()]
+    for desk in desks:
+        desk.forget(record)
+
+
+def release_unused(live: Sequence[Any]) -> int:
+    """Close the decision-log writers and shadow evaluators none of the ``live`` strategies uses;
+    returns how many were released."""
+    writers = {id(s.decision_log) for s in live}
+    shadows = {id(s.shadow) for s in live}
+    with _lock:
+        logs = [_logs.pop(k) for k in [k for k, (w, _) in _logs.items() if id(w) not in writers]]
+        evaluators = [_shadows.pop(k) for k in [k for k, e in _shadows.items() if id(e) not in shadows]]
+    for writer, desk in logs:
+        writer.close(wait=False)  # off the caller's thread: the writer ends once its queue is written
+        if desk.redis is not None:  # the desk's own client (the writer's has its own timeout)
+            desk.redis.close()
+    for evaluator in evaluators:
+        evaluator.close()
+    return len(logs) + len(evaluators)
 
 
 def record_gauges(strategy: Any, state_key: str, p_chosen: float) -> None:

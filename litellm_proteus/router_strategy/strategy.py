@@ -30,6 +30,7 @@ from litellm.router_utils.handle_error import async_raise_no_deployment_exceptio
 from litellm.types.router import CustomRoutingStrategyBase
 
 from ..artifact import DEFAULT_ARTIFACT_DIR
+from .. import compliance, compliance_metrics, tiers
 from ..compliance import Control, shared_controller, state_key_for
 from ..costs import deployment_id
 from ..decision_log import chosen_p, uncorrected_p
@@ -103,9 +104,13 @@ def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatche
 
 
 def release_unused(live: "list[ProteusRoutingStrategy]") -> int:
-    """Drop the predictors and stop the batcher threads that none of the ``live`` strategies uses (a
-    router re-configured with another artifact would otherwise keep the old ones for the life of the
-    process).  Returns how many entries were dropped."""
+    """Release the shared runtime resources none of the ``live`` strategies uses: drop the
+    predictors, stop the batcher threads, close the decision-log writers (thread, file, Redis) and
+    shadow evaluators, the compliance controllers (Redis connection; their pending gauge refreshes
+    are cancelled) and the tier stores.  ``install`` calls it whenever a router's strategy is
+    replaced, so a settings change keeps only what the new configuration uses (a router
+    re-configured with another artifact, log folder or Redis would otherwise keep the old ones for
+    the life of the process).  Returns how many entries were released."""
     predictors = {id(s.engine.predictor) for s in live}
     batchers = {id(s.batcher) for s in live}
     with _shared_lock:
@@ -116,11 +121,18 @@ def release_unused(live: "list[ProteusRoutingStrategy]") -> int:
             del _predictors[key]
     for batcher in closing:
         batcher.close(timeout=0)  # decisions already queued still run; then the thread ends
-    return len(stale_batchers) + len(stale_predictors)
+    controllers = compliance.release_unused([s.compliance for s in live])
+    compliance_metrics.release(controllers)
+    logs = serving_log.release_unused(live)
+    stores = tiers.release_unused([s.tier_store for s in live if s.tier_store is not None])
+    return len(stale_batchers) + len(stale_predictors) + len(controllers) + logs + stores
 
 
 class ProteusRoutingStrategy(CustomRoutingStrategyBase):
-    def __init__(self, router: Any, config: ProteusConfig, engine: DecisionEngine, tier_store: TierStore | None):
+    def __init__(self, router: Any, config: ProteusConfig, engine: DecisionEngine, tier_store: TierStore | None,
+                 replaces: "ProteusRoutingStrategy | None" = None):
+        """``replaces``: the router's previous strategy (a settings change), whose feedback index and
+        compliance state this one goes on from where their meaning is unchanged."""
         self._router = weakref.ref(router)  # the router holds our bound methods: no strong cycle
         self.config = config
         self.routing_strategy_args: Any = None  # the raw args it was installed from (patch.install)
@@ -131,7 +143,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self._warnings = RateLimitedWarnings(logger, WARN_EVERY_S)
         self._prices_reported: dict[str, float] = {}  # report_price_drift: the ratio last said per deployment
         # decision log writer and feedback desk (None without routing_strategy_args.decision_log)
-        self.decision_log, self.feedback_desk = serving_log.shared_decision_log(config) or (None, None)
+        self.decision_log, self.feedback_desk = serving_log.shared_decision_log(
+            config, replaces.feedback_desk if replaces is not None else None) or (None, None)
         self.shadow = serving_log.shared_shadow(config)  # None unless shadow evaluation is on
         redis = config.redis
         self.compliance = shared_controller(
@@ -139,6 +152,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             config.redis_url,
             redis.timeout_ms / 1000.0 if redis else 0.05,
             engine.manifest.calibration.margin,
+            replaces.compliance if replaces is not None else None,
         )
         self.breaker = QualityBreaker(config.compliance.breaker, self.compliance)
         self.correction = DeploymentCorrection(config.compliance.correction, self.compliance)

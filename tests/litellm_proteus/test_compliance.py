@@ -198,7 +198,10 @@ def test_feedback_outside_unit_interval_is_refused():
 
 
 def test_state_keys_per_tier_and_per_tau_bucket():
-    assert state_key_for("premium", "key_metadata", 0.9, 0.01) == "tier:premium"
+    assert state_key_for("premium", "key_metadata", 0.9, 0.01) == "tier:premium@0.9"
+    # a tier's state is its tau's: a tier moved to another tau starts afresh (its old state expires)
+    assert state_key_for("premium", "default", 0.85, 0.01) == "tier:premium@0.85"
+    assert state_key_for("premium", "default", 0.8, 0.01) != state_key_for("premium", "default", 0.85, 0.01)
     assert state_key_for("premium", "request", 0.8349, 0.01) == "tau:0.83"
     assert state_key_for("premium", "request", 0.83, 0.01) == "tau:0.83"  # a bucket's lower edge is inside it
 
@@ -234,6 +237,37 @@ def test_redis_state_matches_the_local_update(redis_server):
     assert any(d > 0 for d in remote)
     snap = shared.snapshot(KEY)
     assert snap["n"] == 10 and snap["n_labels"] == 14
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_settings_change_goes_on_from_the_state_and_a_smaller_window_shrinks_at_once(redis_server, shared):
+    from litellm_proteus.compliance import release_unused, shared_controller
+
+    url = redis_server.url if shared else None
+    first = shared_controller(settings(window=20, label_window=24, key_prefix="settings-change:"), url, 1.0, 0.0)
+    for i in range(30):
+        first.record_decision(KEY, TAU, 0.6 + 0.01 * (i % 10), 0.9)
+        first.record_feedback(KEY, TAU, 0.7, float(i % 2))
+    before = first.snapshot(KEY)
+    second = shared_controller(settings(window=10, label_window=12, key_prefix="settings-change:"), url, 1.0, 0.0,
+                               replaces=first)
+    assert second is not first and second.snapshot(KEY) == pytest.approx(before, nan_ok=True)  # the state goes on
+    assert release_unused(_live_shared(but=first)) == [first]  # what no strategy uses any more closes
+    assert first.released and not second.released
+    second.record_decision(KEY, TAU, 0.65, 0.9)
+    second.record_feedback(KEY, TAU, 0.7, 1.0)
+    after = second.snapshot(KEY)
+    assert (after["n"], after["n_labels"]) == (10, 12)  # the oldest entries left at once, not one per call
+    assert after["p_mean"] == pytest.approx((sum(0.6 + 0.01 * (i % 10) for i in range(21, 30)) + 0.65) / 10)
+    assert after["realised_mean"] == pytest.approx((sum(float(i % 2) for i in range(19, 30)) + 1.0) / 12)
+    release_unused(_live_shared(but=second))
+
+
+def _live_shared(but):
+    """Every shared controller of this process but ``but`` (those other tests' routers may still use)."""
+    from litellm_proteus import compliance
+
+    return [c for c in compliance._shared.values() if c is not but]
 
 
 def test_two_controllers_share_one_delta_through_redis(redis_server):

@@ -230,3 +230,20 @@ def test_one_shared_store_per_redis_settings():
     settings = RedisSettings(url="redis://127.0.0.1:1/0")
     assert shared_store(settings) is shared_store(RedisSettings(url="redis://127.0.0.1:1/0"))
     assert shared_store(settings) is not shared_store(settings.model_copy(update={"timeout_ms": 60.0}))
+
+
+def test_a_store_that_replaces_another_keeps_its_last_known_tiers_and_the_released_one_closes(redis_server):
+    import time
+
+    from litellm_proteus import tiers
+
+    settings = RedisSettings(url=redis_server.url, key_prefix="replaced:")
+    old = shared_store(settings)
+    old._last_known["k"] = ("premium", time.monotonic() + 60)
+    old.set("k", "premium")  # opens the store's sync client
+    new = shared_store(settings.model_copy(update={"timeout_ms": 61.0}), replaces=old)
+    assert new is not old and new._last_known["k"][0] == "premium"  # same Redis and prefix: the same tiers
+    other = shared_store(settings.model_copy(update={"key_prefix": "other:", "timeout_ms": 62.0}), replaces=old)
+    assert "k" not in other._last_known
+    assert tiers.release_unused([s for s in tiers._shared_stores.values() if s is not old]) == 1
+    assert old._sync_client is None and old not in tiers._shared_stores.values()

@@ -80,7 +80,7 @@ def test_a_stream_through_the_predictor_and_the_controller(make_artifact):
     trace = replay_stream(predictor, controller, np.arange(n), split, 0.8, "tier", 1.0, 20, 8, seed=0)
     chosen = np.where(trace.cost == 0.01, 1, 0)
     np.testing.assert_array_equal(trace.correct, split.scores[np.arange(n), chosen])
-    snap = controller.snapshot("tier:tier")
+    snap = controller.snapshot("tier:tier@0.8")
     assert snap["n"] == 50
     assert snap["n_labels"] == 93  # labels wait 20 requests: requests 0..92 are back by the last batch (112)
     assert (trace.delta >= 0).all() and trace.delta[:8].max() == 0.0
@@ -117,7 +117,7 @@ def test_a_degraded_stream_changes_outcomes_not_predictions(make_artifact):
     # with labels the controller sees the degraded outcomes: its residual turns negative
     controller = ComplianceController(ComplianceSettings(min_decisions=10, min_labels=5, window=50))
     replay_stream(predictor, controller, rows, split, 0.8, "tier", 1.0, 20, 8, seed=0, degradation=degradation)
-    assert controller.snapshot("tier:tier")["realised_mean"] < 1.0
+    assert controller.snapshot("tier:tier@0.8")["realised_mean"] < 1.0
     # with the deployment correction the degraded slot's own labels lower its p: it is served less
     # (outcomes all 1 before the shift: p is never raised for them; a short window forgets them)
     worse = degradation_for(static, split, rows, start=100, drop=0.9, seed=1)

@@ -14,7 +14,7 @@ from ..conftest import start_redis
 from .test_proxy_e2e import LITELLM, Proxy, proxy_config
 
 pytestmark = pytest.mark.e2e
-STATE = "proteus:compliance:tier:economy"  # sk-bob's team is on the economy tier (tau 0.7)
+STATE = "proteus:compliance:tier:economy@0.7"  # sk-bob's team is on the economy tier (tau 0.7)
 
 
 @pytest.fixture(scope="module")

@@ -80,7 +80,7 @@ def test_every_answered_request_is_in_the_log_with_its_outcome(logged_proxy):
     for call_id, (tier, response) in answered.items():
         row = rows[call_id]
         decision = row.decision
-        assert decision["schema"] == 1 and decision["tier"] == tier and decision["state_key"] == f"tier:{tier}"
+        assert decision["schema"] == 1 and decision["tier"] == tier and decision["state_key"] == f"tier:{tier}@{TIER_TAU[tier]:.4g}"
         assert decision["tau"] == TIER_TAU[tier] and decision["tau_requested"] is None
         assert decision["candidates"][decision["chosen"]]["model"] == response.headers["x-proteus-model"]
         assert decision["propensity"] == 1.0 and "prompt" not in decision and len(decision["prompt_sha256"]) == 64
@@ -110,22 +110,23 @@ def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_real
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "score"
     assert post({"call_id": "no-such-call", "score": 1}).status_code == 404
     assert post(["not", "an", "object"]).status_code == 400
-    before = gauge(metrics(logged_proxy), "proteus_realised_labels", "tier:premium") or 0.0
+    PREMIUM = f"tier:premium@{TIER_TAU['premium']:.4g}"  # the state key: tier and tau
+    before = gauge(metrics(logged_proxy), "proteus_realised_labels", PREMIUM) or 0.0
     accepted = post({"call_id": call_id, "score": 0.25, "source": "judge"})
     assert accepted.status_code == 200, accepted.text
-    assert accepted.json() == {"call_id": call_id, "state_key": "tier:premium", "score": 0.25}
+    assert accepted.json() == {"call_id": call_id, "state_key": PREMIUM, "score": 0.25}
     for _ in range(4):  # whichever worker answers, the second score for this call is refused
         assert post({"call_id": call_id, "score": 1.0}).status_code == 409
     text = metrics(logged_proxy)
-    assert gauge(text, "proteus_realised_labels", "tier:premium") == before + 1
-    assert gauge(text, "proteus_realised_accuracy", "tier:premium") is not None
-    assert gauge(text, "proteus_predicted_accuracy", "tier:premium") is not None
-    assert gauge(text, "proteus_delta", "tier:premium") == 0.0
-    assert gauge(text, "proteus_infeasible", "tier:premium") == 0.0
+    assert gauge(text, "proteus_realised_labels", PREMIUM) == before + 1
+    assert gauge(text, "proteus_realised_accuracy", PREMIUM) is not None
+    assert gauge(text, "proteus_predicted_accuracy", PREMIUM) is not None
+    assert gauge(text, "proteus_delta", PREMIUM) == 0.0
+    assert gauge(text, "proteus_infeasible", PREMIUM) == 0.0
 
     second = logged_proxy.chat("sk-bob").headers["x-litellm-call-id"]
     wait_for_log(logged_proxy, [second])
-    assert send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")["state_key"] == "tier:economy"
+    assert send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")["state_key"] == f"tier:economy@{TIER_TAU['economy']:.4g}"
     with pytest.raises(FeedbackError, match="HTTP 409"):
         send_feedback(second, 1.0, url=logged_proxy.base, api_key="sk-bob")
     third = logged_proxy.chat("sk-dave").headers["x-litellm-call-id"]

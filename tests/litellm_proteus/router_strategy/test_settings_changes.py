@@ -1,0 +1,193 @@
+"""Settings changes at runtime (``Router.update_settings(routing_strategy_args=...)``, what LiteLLM's
+DB-backed config sync calls): the strategy they replace releases what only it used -- decision-log
+writers (thread, file), compliance controllers (Redis connection, gauge refreshes), tier stores --
+and the new one goes on from the old one's state where its meaning is unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import threading
+import time
+
+import litellm
+import pytest
+from prometheus_client import REGISTRY
+
+from litellm_proteus import compliance_metrics
+from litellm_proteus.compliance import CLIENT_NAME_PREFIX
+from litellm_proteus.feedback import submit_to_strategy
+from litellm_proteus.tiers import CLIENT_NAME
+
+from .test_strategy import QUESTION, model_list, upstream  # noqa: F401  (fixture)
+
+
+@pytest.fixture(autouse=True)
+def httpx_transport(monkeypatch):
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def writer_threads() -> int:
+    return sum(t.name == "proteus-decision-log" and t.is_alive() for t in threading.enumerate())
+
+
+def open_logs(directory) -> int:
+    """This process's open files under ``directory``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(directory))
+        except OSError:  # closed meanwhile
+            pass
+    return count
+
+
+def base_args(artifact, tier: str, **over) -> dict:
+    """A tier of its own per test: routers with equal compliance settings share one controller."""
+    args = {"artifact": str(artifact), "tiers": {tier: 0.9, "standard": 0.85, "economy": 0.7},
+            "default_tier": tier, "compliance": {"min_decisions": 1}}
+    args.update(over)
+    return args
+
+
+def route(router, n: int, prefix: str) -> list[str]:
+    """The call ids of ``n`` requests; ``route.state_key``: the last one's compliance state."""
+    async def go():
+        ids = []
+        for i in range(n):
+            call_id, metadata = f"{prefix}-{i}", {}
+            await router.acompletion(model="proteus-auto", messages=QUESTION, litellm_call_id=call_id, metadata=metadata)
+            ids.append(call_id)
+            route.state_key = metadata["proteus"]["state_key"]
+        return ids
+
+    return asyncio.run(go())
+
+
+def test_decision_log_changes_close_the_old_writers_and_keep_feedback(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    threads_before = writer_threads()
+    args = base_args(steerable_artifact, "logged", decision_log={"dir": str(tmp_path / "log0")})
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    first = route(router, 3, "first")
+    old_writer = router.proteus_strategy.decision_log
+    # only log_prompts changes: a new writer and desk, whose index holds the decisions routed before (no Redis)
+    changed = copy.deepcopy(args)
+    changed["decision_log"]["log_prompts"] = True
+    router.update_settings(routing_strategy_args=changed)
+    assert router.proteus_strategy.decision_log is not old_writer
+    assert submit_to_strategy(router.proteus_strategy, first[0], 1.0, "api")["call_id"] == first[0]
+    # the folder changes five times: each change closes the writer it replaces (its records written)
+    for i in range(1, 6):
+        changed = copy.deepcopy(args)
+        changed["decision_log"] = {"dir": str(tmp_path / f"log{i}")}
+        router.update_settings(routing_strategy_args=changed)
+        route(router, 1, f"dir{i}")
+    assert wait_for(lambda: writer_threads() <= threads_before + 1), threading.enumerate()
+    assert wait_for(lambda: open_logs(tmp_path) <= 1)
+    assert old_writer.submit({"type": "outcome", "call_id": "late"}) is False  # closed: counted as dropped
+    from litellm_proteus.decision_log import iter_records
+
+    logged = {r["call_id"] for r in iter_records(tmp_path / "log0") if r["type"] == "decision"}
+    assert set(first) <= logged  # what the closed writer had queued was written
+
+
+def test_a_compliance_settings_change_keeps_the_state_of_the_same_tier_and_tau(steerable_artifact, upstream):  # noqa: F811
+    args = base_args(steerable_artifact, "kept")
+    args["compliance"]["window"] = 123  # settings of its own: a controller no other router shares
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    route(router, 4, "a")
+    key = route.state_key
+    old = router.proteus_strategy.compliance
+    before = old.snapshot(key)
+    assert before["n"] == 4
+    changed = copy.deepcopy(args)
+    changed["compliance"]["ttl_s"] = 3600  # what a state means is unchanged: it goes on
+    router.update_settings(routing_strategy_args=changed)
+    new = router.proteus_strategy.compliance
+    after = new.snapshot(key)
+    assert (after["n"], after["delta"], after["infeasible"]) == (before["n"], before["delta"], before["infeasible"])
+    assert new is not old and old.released and not new.released  # the replaced one closed
+
+
+def test_a_tier_whose_tau_changes_starts_a_new_state_and_old_feedback_finds_its_own(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    args = base_args(steerable_artifact, "moved", decision_log={"dir": str(tmp_path / "log")})
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    earlier = route(router, 3, "at-0.9")
+    changed = copy.deepcopy(args)
+    changed["tiers"]["moved"] = 0.8
+    router.update_settings(routing_strategy_args=changed)
+    md: dict = {}
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata=md))
+    assert md["proteus"]["state_key"] == "tier:moved@0.8"
+    controller = router.proteus_strategy.compliance
+    assert controller.snapshot("tier:moved@0.8")["n"] == 1  # not the 3 decisions learnt at 0.9
+    assert controller.snapshot("tier:moved@0.9")["n"] == 3
+    decision = submit_to_strategy(router.proteus_strategy, earlier[0], 1.0, "api")
+    assert decision["state_key"] == "tier:moved@0.9"  # its label counts where its decision was recorded
+    assert controller.snapshot("tier:moved@0.9")["n_labels"] == 1
+    assert controller.snapshot("tier:moved@0.8")["n_labels"] == 0
+
+
+def test_redis_settings_changes_leave_one_compliance_and_one_tier_connection(steerable_artifact, redis_server, upstream):  # noqa: F811
+    import redis
+
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+
+    def connections(name: str) -> int:
+        return sum(c.get("name") == name for c in raw.client_list())
+
+    mine = f"{CLIENT_NAME_PREFIX}{os.getpid()}"
+    args = base_args(steerable_artifact, "shared", redis={"url": redis_server.url, "cache_ttl_s": 0})
+
+    async def go():
+        router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+        headers = {"user_api_key_hash": "h" * 64}  # a key: its tier is looked up in Redis
+        for i in range(5):
+            changed = copy.deepcopy(args)
+            changed["compliance"]["window"] = 100 + i
+            changed["redis"]["timeout_ms"] = 100 + i
+            router.update_settings(routing_strategy_args=changed)
+            md = dict(headers)
+            await router.acompletion(model="proteus-auto", messages=QUESTION, metadata=md)
+            assert md["proteus"]["tier_source"] == "default"  # Redis was asked (and had no tier)
+        for _ in range(100):  # the replaced tier stores' clients close as tasks of this loop
+            if connections(CLIENT_NAME) <= 1:
+                break
+            await asyncio.sleep(0.05)
+        return router
+
+    router = asyncio.run(go())
+    assert connections(mine) == 1
+    assert router.proteus_strategy.compliance.snapshot("tier:shared@0.9")["n"] == 5  # the state went on
+    raw.close()
+
+
+def test_turning_compliance_off_stops_the_old_controllers_gauge_refresh(steerable_artifact, upstream, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(compliance_metrics, "EXPORT_EVERY_S", 3600.0)  # the second decision leaves a pending refresh
+    args = base_args(steerable_artifact, "gauges")
+    args["compliance"]["window"] = 124
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    route(router, 2, "g")
+    key = route.state_key
+    old = router.proteus_strategy.compliance
+    pending = compliance_metrics._trailing.get(key)
+    assert pending is not None and pending[1] is old
+    off = copy.deepcopy(args)
+    off["compliance"] = {"enabled": False}
+    router.update_settings(routing_strategy_args=off)
+    assert old.released and key not in compliance_metrics._trailing  # cancelled with the controller
+    gauges = compliance_metrics.gauges()
+    gauges.infeasible.labels(key).set(0.0)
+    gauges.delta.labels(key).set(0.0)
+    old.snapshot = lambda state_key: {"n": 9, "delta": 0.2, "infeasible": True}
+    compliance_metrics._trailing_export(key, old)  # as a refresh that had already started
+    assert REGISTRY.get_sample_value("proteus_infeasible", {"state_key": key}) == 0.0
+    assert REGISTRY.get_sample_value("proteus_delta", {"state_key": key}) == 0.0
