@@ -87,6 +87,13 @@ class RedisSettings(BaseModel):
     def _redis_scheme(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith(REDIS_SCHEMES):
             raise ValueError(f"must start with one of {', '.join(REDIS_SCHEMES)} (e.g. redis://127.0.0.1:6379/0); got {value[:80]!r}")
+        if value is not None:
+            from redis.connection import parse_url  # what every client of this URL will do with it
+
+            try:
+                parse_url(value)
+            except ValueError as exc:  # e.g. a port that is not a number
+                raise ValueError(f"cannot be used ({exc}), e.g. redis://127.0.0.1:6379/0") from None
         return value
 
     def connection_url(self) -> str:

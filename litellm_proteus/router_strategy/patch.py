@@ -16,6 +16,7 @@ so an incompatible LiteLLM fails at start-up with a message, not mid-request (te
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -28,7 +29,7 @@ from litellm import Router
 from litellm.router_utils import routing_groups
 
 from ..artifact import MANIFEST_FILE, ArtifactError, file_sha256, read_manifest
-from ..config import STRATEGY_NAME, ProteusConfig, ProteusConfigError
+from ..config import CONFIG_PATH, STRATEGY_NAME, ProteusConfig, ProteusConfigError
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
 from ..tiers import shared_store
@@ -221,13 +222,15 @@ def _install(router: Router, routing_strategy_args: Any, update: bool) -> Proteu
     if problems:
         raise _startup_error("; ".join(problems), update)
     previous = _installed.get(router)  # a settings change: what still means the same carries over
-    store = shared_store(config.redis, previous.tier_store if previous is not None else None) if config.redis else None
     try:
+        store = shared_store(config.redis, previous.tier_store if previous is not None else None) if config.redis else None
         strategy = ProteusRoutingStrategy(router, config, engine, store, replaces=previous)
     except OSError as exc:  # the decision log's folder or files (the only files the strategy opens)
         where = f"decision_log.dir {config.decision_log.dir!r}" if config.decision_log else "files"
-        raise _startup_error(f"routing_strategy_args.{where} cannot be used: {exc}", update) from exc
-    strategy.routing_strategy_args = routing_strategy_args  # what a refused update restores (apply())
+        raise _startup_error(f"{CONFIG_PATH}.{where} cannot be used: {exc}", update) from exc
+    except Exception as exc:  # anything else building it: still a refusal, so install()'s clean-up runs
+        raise _startup_error(f"cannot build the strategy ({type(exc).__name__}: {exc})", update) from exc
+    strategy.routing_strategy_args = copy.deepcopy(routing_strategy_args)  # what a refused update restores (apply())
     router.set_custom_routing_strategy(strategy)
     if strategy.tier_store is not None:
         strategy.tier_store.start_warming()  # the first Redis connection opens before the first request

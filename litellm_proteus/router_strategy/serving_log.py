@@ -134,6 +134,7 @@ def log_routed(
     control: Control,
 ) -> None:
     """Record one PROTEUS decision in the decision log (when configured)."""
+    strategy = current_strategy(strategy)
     decision = routed.decision
     state_key = control.state_key
     p = [float(x) for x in decision.p]
@@ -205,6 +206,14 @@ def _decision_metadata(kwargs: dict) -> dict | None:
 
 def _deployment(strategy: Any, model_id: str) -> dict | None:
     return next((d for d in strategy.router.model_list if deployment_id(d) == model_id), None)
+
+
+def current_strategy(strategy: Any) -> Any:
+    """The router's current strategy: a pick that began under a strategy a settings change replaced
+    logs where the router logs now (the replaced strategy's writer is closed, its desk copied)."""
+    while getattr(strategy, "replaced_by", None) is not None:
+        strategy = strategy.replaced_by
+    return strategy
 
 
 def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end_time: Any, success: bool) -> None:

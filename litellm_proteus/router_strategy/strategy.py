@@ -136,6 +136,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self._router = weakref.ref(router)  # the router holds our bound methods: no strong cycle
         self.config = config
         self.routing_strategy_args: Any = None  # the raw args it was installed from (patch.install)
+        self.replaced_by: ProteusRoutingStrategy | None = None  # set by the strategy a settings change installs
         self.engine = engine
         self.tier_store = tier_store
         self.batcher = shared_batcher(engine, config)
@@ -156,6 +157,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         )
         self.breaker = QualityBreaker(config.compliance.breaker, self.compliance)
         self.correction = DeploymentCorrection(config.compliance.correction, self.compliance)
+        if replaces is not None:  # its picks still in flight log through this one (its writer closes)
+            replaces.replaced_by = self
 
     @property
     def router(self) -> Any:

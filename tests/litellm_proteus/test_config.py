@@ -160,3 +160,9 @@ def test_predictor_options_name_the_runtime():
     assert ProteusConfig.parse({"predictor_options": {"runtime": "torch"}}).predictor_options.as_kwargs() == {"runtime": "torch"}
     with pytest.raises(ProteusConfigError, match=r"predictor_options\.runtime: Input should be 'auto', 'numpy' or 'torch'"):
         ProteusConfig.parse({"predictor_options": {"runtime": "jax"}})
+
+
+def test_a_redis_url_redis_cannot_parse_is_refused_naming_it():
+    with pytest.raises(ProteusConfigError) as info:
+        ProteusConfig.parse({"redis": {"url": "redis://127.0.0.1:notaport/0"}})
+    assert "redis.url" in str(info.value) and "cannot be used" in str(info.value) and "Port" in str(info.value)

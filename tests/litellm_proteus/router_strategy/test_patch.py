@@ -110,6 +110,21 @@ def test_a_refused_runtime_update_keeps_the_serving_args_and_is_refused_every_ti
     assert response.choices[0].message.content in ("gpt-4", "mixtral")
 
 
+def test_any_error_building_the_strategy_is_a_refusal_that_restores_the_serving_args(steerable_artifact, monkeypatch):
+    args = {"artifact": str(steerable_artifact)}
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    serving = strategy_of(router)
+
+    def broken(*_, **__):
+        raise RuntimeError("something unforeseen")
+
+    monkeypatch.setattr(patch, "ProteusRoutingStrategy", broken)
+    for _ in range(2):
+        with pytest.raises(patch.ProteusStartupError, match="cannot build the strategy .RuntimeError: something unforeseen"):
+            router.update_settings(routing_strategy_args={**args, "default_tier": "premium"})
+        assert router.routing_strategy_args == args and strategy_of(router) is serving
+
+
 def test_an_unusable_decision_log_folder_is_a_startup_error_naming_it(steerable_artifact, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
@@ -117,7 +132,7 @@ def test_an_unusable_decision_log_folder_is_a_startup_error_naming_it(steerable_
     with pytest.raises(patch.ProteusStartupError) as info:
         Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
     message = str(info.value)
-    assert message.startswith("PROTEUS routing cannot start: routing_strategy_args.decision_log.dir")
+    assert message.startswith("PROTEUS routing cannot start: router_settings.routing_strategy_args.decision_log.dir")
     assert str(blocker / "logs") in message
 
 

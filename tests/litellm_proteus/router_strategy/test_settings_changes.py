@@ -99,6 +99,30 @@ def test_decision_log_changes_close_the_old_writers_and_keep_feedback(steerable_
     assert set(first) <= logged  # what the closed writer had queued was written
 
 
+def test_a_pick_in_flight_across_a_decision_log_change_is_logged_and_takes_feedback(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    from litellm_proteus.decision_log import iter_records
+
+    args = base_args(steerable_artifact, "inflight", decision_log={"dir": str(tmp_path / "log")})
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    old = router.proteus_strategy
+
+    async def change_while_routing():
+        pick = asyncio.create_task(router.acompletion(model="proteus-auto", messages=QUESTION,
+                                                      litellm_call_id="inflight-1", metadata={}))
+        await asyncio.sleep(0)  # the pick has begun under the old strategy and awaits its batcher
+        changed = copy.deepcopy(args)
+        changed["decision_log"]["log_prompts"] = True
+        router.update_settings(routing_strategy_args=changed)
+        await pick
+
+    asyncio.run(change_while_routing())
+    new = router.proteus_strategy
+    assert new is not old and old.replaced_by is new and old.decision_log.dropped == 0
+    assert new.decision_log.flush()
+    assert "inflight-1" in {r["call_id"] for r in iter_records(tmp_path / "log") if r["type"] == "decision"}
+    assert submit_to_strategy(new, "inflight-1", 1.0, "api")["call_id"] == "inflight-1"
+
+
 def test_a_compliance_settings_change_keeps_the_state_of_the_same_tier_and_tau(steerable_artifact, upstream):  # noqa: F811
     args = base_args(steerable_artifact, "kept")
     args["compliance"]["window"] = 123  # settings of its own: a controller no other router shares
