@@ -615,6 +615,7 @@ class ComplianceController:
         self.redis = RedisBackend(self.settings, self.margin, redis_url, timeout_s) if redis_url else None
         self._down_until = 0.0
         self._failures: dict[str, int] = {}  # per backend method: its consecutive failed Redis calls
+        self._failed_at: dict[str, float] = {}  # per backend method: when its last call failed
         self._last_failed = False
         self._outage_logged = False
         self._infeasible_warned = self.local.store.infeasible_warned  # per state store: a rebuilt controller does not warn again
@@ -632,16 +633,22 @@ class ComplianceController:
 
     def _call(self, method: str, *args: Any) -> Any:
         if self.redis is not None:
-            if time.monotonic() >= self._down_until:
+            began = time.monotonic()
+            if began >= self._down_until:
                 try:
                     result = getattr(self.redis, method)(*args)
                     self._failures[method], self._last_failed = 0, False
+                    self._down_until = 0.0  # an answer, even one begun before an outage was called, ends it
                     if self._outage_logged:
                         logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
                         self._outage_logged = False
                     return result
                 except Exception as exc:  # any Redis trouble: serve this call on local state, never fail the request
-                    failures = self._failures[method] = self._failures.get(method, 0) + 1
+                    # Calls of one kind in flight together count once (one stall is one failure): a failure
+                    # counts when its call began after the last one failed.
+                    counts = began > self._failed_at.get(method, -1.0)
+                    self._failed_at[method] = time.monotonic()
+                    failures = self._failures[method] = self._failures.get(method, 0) + counts
                     self._last_failed = True
                     # One reply that missed the timeout on a busy host is no outage: the next call asks Redis
                     # again.  The same call failing twice in a row is one (per call: a Redis that answers reads

@@ -405,6 +405,7 @@ class DecisionLogWriter:
         self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
         self._warnings = RateLimitedWarnings(logger, 30.0)
         self._closed = False
+        self._closing = threading.Lock()  # a submit that saw the writer open is queued before its stop
         self._queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self._thread = threading.Thread(target=self._run, name="proteus-decision-log", daemon=True)
         self._thread.start()
@@ -412,11 +413,12 @@ class DecisionLogWriter:
 
     def submit(self, record: dict[str, Any]) -> bool:
         """Queue a record; False (and counted) when the queue is full or the writer is closed."""
-        if self._closed:
-            self._drop(1)
-            return False
         try:
-            self._queue.put_nowait(record)
+            with self._closing:
+                if self._closed:
+                    self._drop(1)
+                    return False
+                self._queue.put_nowait(record)
             return True
         except queue.Full:
             self._drop(1)
@@ -445,7 +447,8 @@ class DecisionLogWriter:
     def close(self, timeout: float = 10.0, wait: bool = True) -> None:
         """Write what is queued, then end the thread and close the file (and the Redis client it owns);
         later records are dropped (counted).  ``wait`` False: return at once (the thread ends on its own)."""
-        self._closed = True
+        with self._closing:
+            self._closed = True
         if not self._thread.is_alive():
             return
         if not wait:
@@ -500,6 +503,10 @@ class DecisionLogWriter:
         """On the writer thread, once the stop is reached: nothing is left to write."""
         if self.files is not None:
             self.files.close()
+        if self.redis is not None and self._index_backlog:  # a last try for the index; what stays is counted
+            self._write_redis([])
+            self.redis_skipped += len(self._index_backlog)
+            self._index_backlog.clear()
         if self._owns_redis and self.redis is not None:
             try:
                 self.redis.close()

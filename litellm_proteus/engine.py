@@ -209,13 +209,16 @@ class DecisionEngine:
         return within_price_limit(scored.price_ratio, self.config.rule_price_limit)
 
     def price_drift(self, scored: Iterable[ScoredDeployment]) -> PriceDrift:
-        """The deployments priced more than PRICE_DRIFT from training either way, when the artifact
-        has fixed points (whose place on the cost frontier those prices move)."""
+        """The deployments priced more than PRICE_DRIFT from training either way, or past
+        ``rule_price_limit``, when the artifact has fixed points (whose place on the cost frontier
+        those prices move)."""
         drift = PriceDrift()
         if not self.has_fixed_points:
             return drift
+        limit = self.config.rule_price_limit
+        upper = PRICE_DRIFT if limit is None else min(PRICE_DRIFT, limit)  # every deployment past the limit is said
         for c in scored:
-            if c.price_ratio is not None and not 1 / PRICE_DRIFT <= c.price_ratio <= PRICE_DRIFT:
+            if c.price_ratio is not None and not 1 / PRICE_DRIFT <= c.price_ratio <= upper:
                 name = f"{c.deployment.get('model_name')}/{self.slots[c.slot]} (id {deployment_id(c.deployment)})"
                 drift.ratios[name] = round(c.price_ratio, 3)
                 if not self.priced_as_trained(c):

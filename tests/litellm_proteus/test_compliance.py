@@ -352,6 +352,50 @@ def test_one_redis_timeout_serves_one_call_locally_and_the_next_asks_redis_again
     assert controller.redis.state(key).n == 61  # the decision after the timeout reached Redis
 
 
+def test_calls_failing_together_in_one_stall_count_once_and_an_answer_ends_an_outage(redis_server, caplog):
+    import threading
+    import time
+
+    key, tau = "tier:economy", 0.75
+    controller = ComplianceController(ComplianceSettings(retry_after_s=3600.0), redis_url=redis_server.url)
+    controller.control(key, tau)
+    real_read, started, release = controller.redis.read, threading.Barrier(3), threading.Event()
+
+    def stalled_read(*args):  # both in flight when the stall hits, both time out
+        started.wait(5)
+        release.wait(5)
+        raise TimeoutError("Timeout reading from socket")
+
+    controller.redis.read = stalled_read
+    callers = [threading.Thread(target=controller.control, args=(key, tau)) for _ in range(2)]
+    for caller in callers:
+        caller.start()
+    started.wait(5)
+    release.set()
+    for caller in callers:
+        caller.join(5)
+    assert controller._failures["read"] == 1  # one stall, one failure: no outage
+    controller.redis.read = real_read
+    controller.control(key, tau)
+    assert controller.shared
+    # an outage (two failures in a row) ends with the first answer, not after retry_after_s
+    controller.redis.read = lambda *args: (_ for _ in ()).throw(TimeoutError("late"))
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        controller.control(key, tau)
+        controller.control(key, tau)
+        assert "keeps its own controller state" in caplog.text and not controller.shared
+
+        def answered_meanwhile(*args):  # a call begun before the outage was called answers after it
+            return real_read(*args)
+
+        controller._down_until = 0.0
+        controller._failures["read"] = 0
+        controller.redis.read = lambda *args: (setattr(controller, "_down_until", time.monotonic() + 3600),
+                                               answered_meanwhile(*args))[1]
+        controller.control(key, tau)
+    assert controller.shared and controller._down_until == 0.0
+
+
 def test_a_state_continued_from_its_sums_lets_its_oldest_entries_leave_at_their_mean():
     from litellm_proteus.compliance import WindowState
 

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 
 import pytest
@@ -176,9 +177,32 @@ def test_the_index_backlog_is_bounded_by_the_queue_size(tmp_path, redis_server):
     for i in range(5):
         writer.submit(make_decision(f"d{i}"))
         assert writer.flush()
-    writer.close()
     assert len(writer._index_backlog) == 3 and writer.redis_skipped == 2  # the oldest two given up, counted
     assert [key for key, _ in writer._index_backlog] == [f"proteus:decision:d{i}" for i in (2, 3, 4)]
+    writer.close()
+    assert writer.redis_skipped == 5 and not writer._index_backlog  # what closing could not send is counted
+
+
+def test_a_submit_racing_close_is_written_or_refused_never_lost(tmp_path):
+    """Many threads submit while the writer closes: every record submit accepted is in the file."""
+    writer = DecisionLogWriter(settings(tmp_path, queue_size=100_000))
+    accepted, start = [], threading.Barrier(5)
+
+    def submit_many(n):
+        start.wait()
+        for i in range(400):
+            if writer.submit(make_decision(f"t{n}-{i}")):
+                accepted.append(f"t{n}-{i}")
+
+    threads = [threading.Thread(target=submit_many, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    writer.close()
+    for thread in threads:
+        thread.join()
+    written = {r["call_id"] for r in iter_records(tmp_path / "log")}
+    assert set(accepted) == written and writer.dropped == 4 * 400 - len(accepted)
 
 
 def test_join_log_pairs_the_latest_decision_outcome_and_feedback(tmp_path):

@@ -392,6 +392,11 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
     down = engine.price_drift(engine.score_all(cheaper)[0])  # a price drop is said too, and is past no limit
     assert [name.split(" ")[0] for name in down.ratios] == ["proteus-auto/zero-one-ai/Yi-34B-Chat"] and not down.past_limit
     assert "rule_price_limit: null" in down.warning(None)
+    yi_up = [dict(d, litellm_params=dict(d["litellm_params"], input_cost_per_token=1.1e-6, output_cost_per_token=1.1e-6))
+             if d["litellm_params"]["model"] == "openai/yi-34b-chat" else d for d in group]
+    strict = DecisionEngine(predictor.manifest, ProteusConfig.parse({"rule_price_limit": 1.2}), predictor)
+    assert list(strict.price_drift(strict.score_all(yi_up)[0]).past_limit)  # 1.37x: past 1.2, inside 1.5
+    assert not engine.price_drift(engine.score_all(yi_up)[0]).ratios  # at the default limit: nothing to say
     _, unguarded = route(dearer, None)
     traded = [(g, u) for g, u in zip(guarded, unguarded) if u.decision.rule.startswith("cluster") and u.decision.slot == gpt35]
     assert traded, "the ladder sends some of these prompts to gpt-3.5"
