@@ -19,6 +19,8 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import json
+import time
 import logging
 import sys
 import weakref
@@ -111,6 +113,12 @@ def _litellm_version() -> str:
 _active: weakref.ref | None = None
 # Each Router's current strategy: what they use stays loaded, what none uses is released.
 _installed: "weakref.WeakKeyDictionary[Router, ProteusRoutingStrategy]" = weakref.WeakKeyDictionary()
+_refused: "weakref.WeakKeyDictionary[Router, tuple[str, str, float]]" = weakref.WeakKeyDictionary()  # last refused update
+REFUSAL_RECHECK_S = 60.0  # the same refused update is built again (and logged again) at most this often
+
+
+def _args_fingerprint(args: Any) -> str:
+    return json.dumps(args, sort_keys=True, default=repr)
 
 
 def active_strategy() -> ProteusRoutingStrategy | None:
@@ -279,13 +287,22 @@ def apply() -> None:
         original_apply_args(self)
         if Router._normalize_strategy(self.routing_strategy) == STRATEGY_NAME:
             serving = _installed.get(self)
+            attempt = _args_fingerprint(self.routing_strategy_args)
+            refused = _refused.get(self)
+            if serving is not None and refused is not None and refused[0] == attempt and time.monotonic() < refused[2]:
+                # the same refused update again (LiteLLM's database sync re-sends it): no rebuild, no new log
+                # line until REFUSAL_RECHECK_S has passed (an artifact fixed on disk is then taken)
+                self.routing_strategy_args = serving.routing_strategy_args
+                raise ProteusStartupError(refused[1])
             try:
                 install(self, self.routing_strategy_args)
-            except ProteusStartupError:
+                _refused.pop(self, None)
+            except ProteusStartupError as exc:
                 # LiteLLM stored the refused args before this call: put back the ones still serving, so
                 # the router reports them and the same update is refused again, not taken as applied.
                 if serving is not None:
                     self.routing_strategy_args = serving.routing_strategy_args
+                    _refused[self] = (attempt, str(exc), time.monotonic() + REFUSAL_RECHECK_S)
                 raise
 
     setattr(routing_strategy_init, PATCH_MARKER, True)

@@ -110,6 +110,26 @@ def test_a_refused_runtime_update_keeps_the_serving_args_and_is_refused_every_ti
     assert response.choices[0].message.content in ("gpt-4", "mixtral")
 
 
+def test_the_same_refused_update_again_is_refused_without_a_rebuild(steerable_artifact, monkeypatch, caplog):
+    args = {"artifact": str(steerable_artifact)}
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    bad = {**args, "tiers": {"premium": 1.5}}
+    with caplog.at_level(logging.ERROR, logger="litellm_proteus.router"):
+        with pytest.raises(patch.ProteusStartupError):
+            router.update_settings(routing_strategy_args=bad)
+        builds = []
+        monkeypatch.setattr(patch, "_install", lambda *a: builds.append(a))
+        for _ in range(3):  # as LiteLLM's database sync re-sends it
+            with pytest.raises(patch.ProteusStartupError, match="tier 'premium'"):
+                router.update_settings(routing_strategy_args=bad)
+    assert builds == [] and sum("refuses" in r.getMessage() for r in caplog.records) == 1
+    assert router.routing_strategy_args == args
+    monkeypatch.setattr(patch, "REFUSAL_RECHECK_S", 0.0)  # past the recheck time it is built again
+    patch._refused[router] = (*patch._refused[router][:2], 0.0)
+    router.update_settings(routing_strategy_args=bad)  # the stub "installs" it
+    assert len(builds) == 1
+
+
 def test_any_error_building_the_strategy_is_a_refusal_that_restores_the_serving_args(steerable_artifact, monkeypatch):
     args = {"artifact": str(steerable_artifact)}
     router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
