@@ -481,21 +481,7 @@ class DecisionLogWriter:
             for item in batch:
                 if isinstance(item, threading.Event):
                     item.set()
-            if any(item is _STOP for item in batch):
-                late = []  # queued by a submit that raced the stop
-                while True:
-                    try:
-                        late.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                records = [r for r in late if isinstance(r, dict)]
-                try:
-                    self._write(records)
-                except Exception as exc:
-                    self._warnings.warn("crash", "PROTEUS decision log: cannot write %d records: %s", len(records), exc)
-                for item in late:
-                    if isinstance(item, threading.Event):
-                        item.set()
+            if any(item is _STOP for item in batch):  # nothing follows it: submit and close share a lock
                 self._stopped()
                 return
 
