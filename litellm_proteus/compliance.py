@@ -125,6 +125,32 @@ def state_key_for(tier: str, tau_source: str, tau: float, bucket: float) -> str:
     return f"tier:{tier}@{tau:.4g}"
 
 
+@dataclass(frozen=True)
+class StateKeys:
+    """The state keys one configuration routes on (``in``): its tiers' at their effective taus
+    (``tiers``), and the ``bucket``-wide tau buckets of request-sent taus, which the router clamps
+    into ``tau_range`` (the artifact's) before bucketing them."""
+
+    tiers: frozenset[str]
+    bucket: float
+    tau_range: tuple[float, float]
+
+    def __contains__(self, state_key: object) -> bool:
+        if state_key in self.tiers:
+            return True
+        if not isinstance(state_key, str) or not state_key.startswith("tau:"):
+            return False
+        try:
+            tau = float(state_key[4:])
+        except ValueError:
+            return False
+        if not math.isfinite(tau):
+            return False
+        lo, hi = self.tau_range
+        # a key is one of this width's buckets within the range iff its clamped value buckets back to it
+        return state_key_for("", "request", min(max(tau, lo), hi), self.bucket) == state_key
+
+
 @dataclass
 class WindowState:
     """One state's window sums and offset (what the Lua script keeps in Redis)."""

@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from .compliance_metrics import record_correction
+from .compliance_metrics import has_series, record_correction
 from .deployment_residuals import DeploymentResiduals, mean_and_se
 
 STORE_PREFIX = "correction:"
@@ -111,10 +111,11 @@ class DeploymentCorrection:
     """``record(deployment, residual)`` per feedback label, ``offsets(ids)`` per request.
 
     ``store``: the compliance controller, whose ``residual_stats`` / ``record_residual`` keep the
-    windows in Redis or in this process."""
+    windows in Redis or in this process.  ``writer``: the strategy's gauge writer
+    (``compliance_metrics.Writer``)."""
 
-    def __init__(self, settings: CorrectionSettings, store, clock=time.monotonic):
-        self.settings = settings
+    def __init__(self, settings: CorrectionSettings, store, clock=time.monotonic, writer=None):
+        self.settings, self.writer = settings, writer
         self.residuals = DeploymentResiduals(store, settings.label_window, settings.refresh_s, STORE_PREFIX, clock)
         self._exported: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -141,8 +142,9 @@ class DeploymentCorrection:
         routing = {d: correction(n, total, total_sq, self.settings) for d, (n, total, total_sq) in stats.items()}
         alarm = {d: alarm_correction(n, total, total_sq, self.settings) for d, (n, total, total_sq) in stats.items()}
         with self._lock:  # racing threads cannot leave an older value on the gauge
-            changed = {d: c for d, c in routing.items() if self._exported.get(d) != c}
+            # a series retired meanwhile (``compliance_metrics.retire_unused``) is written again
+            changed = {d: c for d, c in routing.items() if self._exported.get(d) != c or not has_series("correction", d)}
             if changed:
-                record_correction(changed)
+                record_correction(changed, self.writer)
                 self._exported.update(changed)
         return Offsets(routing, alarm)

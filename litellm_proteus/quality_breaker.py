@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
-from .compliance_metrics import record_breaker
+from .compliance_metrics import has_series, record_breaker
 from .deployment_residuals import DeploymentResiduals, mean_and_se
 
 logger = logging.getLogger("litellm_proteus.quality_breaker")
@@ -66,10 +66,11 @@ class QualityBreaker:
     """``record(deployment, residual)`` per feedback label, ``open_ids(ids)`` per request.
 
     ``store``: the compliance controller, whose ``residual_stats`` / ``record_residual`` keep the
-    windows in Redis or in this process."""
+    windows in Redis or in this process.  ``writer``: the strategy's gauge writer
+    (``compliance_metrics.Writer``)."""
 
-    def __init__(self, settings: BreakerSettings, store, clock=time.monotonic):
-        self.settings, self.clock = settings, clock
+    def __init__(self, settings: BreakerSettings, store, clock=time.monotonic, writer=None):
+        self.settings, self.clock, self.writer = settings, clock, writer
         self.residuals = DeploymentResiduals(store, settings.label_window, settings.refresh_s, STORE_PREFIX, clock)
         self._open: dict[str, bool] = {}
         self._opened_at: dict[str, float] = {}  # when this process first saw the deployment left out
@@ -108,6 +109,9 @@ class QualityBreaker:
                 else:
                     self._opened_at.pop(d, None)
             self._open.update(changed)
-            if changed:  # under the lock: racing threads cannot leave an older verdict on the gauge
-                record_breaker(changed)
+            # under the lock: racing threads cannot leave an older verdict on the gauge; a series
+            # retired meanwhile (``compliance_metrics.retire_unused``) is written again
+            written = {d: is_open for d, is_open in opened.items() if d in changed or not has_series("breaker", d)}
+            if written:
+                record_breaker(written, self.writer)
         return {d for d, is_open in opened.items() if is_open}

@@ -119,8 +119,9 @@ def release_unused(live: Sequence[Any]) -> int:
 
 def record_gauges(strategy: Any, state_key: str, p_chosen: float) -> None:
     """The compliance gauges of one decision (they read the controller's snapshot: maybe Redis)."""
-    compliance_metrics.record_decision(state_key, p_chosen)
-    compliance_metrics.export(state_key, getattr(strategy, "compliance", None), compliance_metrics.EXPORT_EVERY_S)
+    writer = getattr(strategy, "gauges", None)
+    compliance_metrics.record_decision(state_key, p_chosen, writer)
+    compliance_metrics.export(state_key, getattr(strategy, "compliance", None), compliance_metrics.EXPORT_EVERY_S, writer)
 
 
 def log_routed(
@@ -188,8 +189,9 @@ def _is_shadow_call(request_kwargs: dict) -> bool:
 
 def on_feedback(strategy: Any, decision: dict, score: float) -> None:
     """Feedback for one logged decision: the compliance gauges (the strategy also hands it to the controller)."""
-    compliance_metrics.record_feedback(decision["state_key"], score)
-    compliance_metrics.export(decision["state_key"], getattr(strategy, "compliance", None))
+    writer = getattr(strategy, "gauges", None)  # a decision on a state it no longer routes on: no gauge for it
+    compliance_metrics.record_feedback(decision["state_key"], score, writer)
+    compliance_metrics.export(decision["state_key"], getattr(strategy, "compliance", None), writer=writer)
 
 
 def _decision_metadata(kwargs: dict) -> dict | None:

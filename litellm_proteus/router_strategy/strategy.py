@@ -31,7 +31,7 @@ from litellm.types.router import CustomRoutingStrategyBase
 
 from ..artifact import DEFAULT_ARTIFACT_DIR
 from .. import compliance, compliance_metrics, tiers
-from ..compliance import Control, shared_controller, state_key_for
+from ..compliance import Control, StateKeys, shared_controller, state_key_for
 from ..costs import deployment_id
 from ..decision_log import chosen_p, uncorrected_p
 from ..batcher import MicroBatcher
@@ -60,6 +60,9 @@ WARN_EVERY_S = 30.0
 _predictors: dict[tuple, Any] = {}
 _batchers: dict[tuple[int, int, float], MicroBatcher] = {}
 _shared_lock = threading.Lock()
+_live: list[weakref.ref] = []  # the strategies of the last ``release_unused``: whose deployments keep gauges
+_next_sweep = 0.0  # when a decision next runs ``sweep_deployments``
+SWEEP_EVERY_S = 60.0  # how often decisions look for deployments removed at runtime (/model/delete): their gauges go
 
 
 def artifact_dir(config: ProteusConfig) -> Path:
@@ -103,14 +106,40 @@ def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatche
         return _batchers[key]
 
 
+def gauge_deployments(live: "list[ProteusRoutingStrategy]") -> tuple[set[str], set[str]]:
+    """The deployments of the ``live`` strategies' groups with the quality breaker on, and those
+    with the deployment correction on: whose gauges stay."""
+    breakers: set[str] = set()
+    corrections: set[str] = set()
+    for strategy in live:
+        router = strategy._router()
+        ids = {deployment_id(d) for d in (router.model_list or [] if router is not None else [])
+               if d.get("model_name") in strategy._groups}
+        if strategy.breaker.settings.enabled:
+            breakers |= ids
+        if strategy.correction.settings.enabled:
+            corrections |= ids
+    return breakers, corrections
+
+
+def sweep_deployments() -> int:
+    """Retire the gauges of deployments the live strategies no longer have (a deployment removed
+    without a settings change); the state keys change only with a strategy (``release_unused``)."""
+    live = [s for s in (ref() for ref in _live) if s is not None]
+    breakers, corrections = gauge_deployments(live)
+    return compliance_metrics.retire_unused([s.gauges for s in live], breakers, corrections, states=False)
+
+
 def release_unused(live: "list[ProteusRoutingStrategy]") -> int:
     """Release the shared runtime resources none of the ``live`` strategies uses: drop the
     predictors, stop the batcher threads, close the decision-log writers (thread, file, Redis) and
     shadow evaluators, the compliance controllers (Redis connection; their pending gauge refreshes
-    are cancelled) and the tier stores.  ``install`` calls it whenever a router's strategy is
-    replaced, so a settings change keeps only what the new configuration uses (a router
-    re-configured with another artifact, log folder or Redis would otherwise keep the old ones for
-    the life of the process).  Returns how many entries were released."""
+    are cancelled) and the tier stores, and retire the gauges no live strategy writes (the state
+    keys none routes on, the deployments none has: ``compliance_metrics.retire_unused``).
+    ``install`` calls it whenever a router's strategy is replaced, so a settings change keeps only
+    what the new configuration uses (a router re-configured with another artifact, log folder or
+    Redis would otherwise keep the old ones for the life of the process).  Returns how many entries
+    were released."""
     predictors = {id(s.engine.predictor) for s in live}
     batchers = {id(s.batcher) for s in live}
     with _shared_lock:
@@ -123,9 +152,19 @@ def release_unused(live: "list[ProteusRoutingStrategy]") -> int:
         batcher.close(timeout=0)  # decisions already queued still run; then the thread ends
     controllers = compliance.release_unused([s.compliance for s in live])
     compliance_metrics.release(controllers)
+    _live[:] = [weakref.ref(s) for s in live]
+    compliance_metrics.retire_unused([s.gauges for s in live], *gauge_deployments(live))
     logs = serving_log.release_unused(live)
     stores = tiers.release_unused([s.tier_store for s in live if s.tier_store is not None])
     return len(stale_batchers) + len(stale_predictors) + len(controllers) + logs + stores
+
+
+def state_keys(config: ProteusConfig, taus: Any) -> StateKeys:
+    """The state keys a strategy routes on (``_control``): each tier's at its effective tau, and
+    the tau buckets of request-sent taus within the artifact's range."""
+    bucket = config.compliance.tau_bucket
+    tiers = frozenset(state_key_for(name, "tier", taus.effective(tau)[0], bucket) for name, tau in config.tiers.items())
+    return StateKeys(tiers, bucket, (taus.lo, taus.hi))
 
 
 class ProteusRoutingStrategy(CustomRoutingStrategyBase):
@@ -155,8 +194,10 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             engine.manifest.calibration.margin,
             replaces.compliance if replaces is not None else None,
         )
-        self.breaker = QualityBreaker(config.compliance.breaker, self.compliance)
-        self.correction = DeploymentCorrection(config.compliance.correction, self.compliance)
+        # what it writes on /metrics: the state keys it routes on, until a settings change replaces it
+        self.gauges = compliance_metrics.Writer(self.compliance, state_keys(config, engine.predictor.taus))
+        self.breaker = QualityBreaker(config.compliance.breaker, self.compliance, writer=self.gauges)
+        self.correction = DeploymentCorrection(config.compliance.correction, self.compliance, writer=self.gauges)
         if replaces is not None:  # its picks still in flight log through this one (its writer closes)
             replaces.replaced_by = self
 
@@ -407,6 +448,11 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         p_best = alarm_best_p(decision.p, decision.p_correction, alarm_offsets)
         self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, p_best, p_ref)
         serving_log.record_gauges(self, control.state_key, p_chosen)
+        global _next_sweep
+        now = time.monotonic()
+        if now >= _next_sweep:
+            _next_sweep = now + SWEEP_EVERY_S
+            sweep_deployments()
 
     def _control(self, resolution: TauResolution) -> Control:
         """The compliance controller's offset for this request's state (tier, or tau bucket)."""

@@ -9,7 +9,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from litellm_proteus.compliance import ComplianceController, ComplianceSettings, realised_bounds, state_key_for
+from litellm_proteus.compliance import ComplianceController, ComplianceSettings, StateKeys, realised_bounds, state_key_for
 
 TAU = 0.8
 KEY = "tier:standard"
@@ -204,6 +204,17 @@ def test_state_keys_per_tier_and_per_tau_bucket():
     assert state_key_for("premium", "default", 0.8, 0.01) != state_key_for("premium", "default", 0.85, 0.01)
     assert state_key_for("premium", "request", 0.8349, 0.01) == "tau:0.83"
     assert state_key_for("premium", "request", 0.83, 0.01) == "tau:0.83"  # a bucket's lower edge is inside it
+
+
+def test_state_keys_hold_what_a_configuration_routes_on():
+    keys = StateKeys(frozenset({"tier:premium@0.9"}), 0.05, (0.62, 0.93))
+    # every key a request-sent tau can get: clamped into the range, then bucketed
+    routed = {state_key_for("x", "request", min(max(i / 1000, 0.62), 0.93), 0.05) for i in range(1001)}
+    assert routed == {"tau:0.6", "tau:0.65", "tau:0.7", "tau:0.75", "tau:0.8", "tau:0.85", "tau:0.9"}
+    assert all(key in keys for key in routed) and "tier:premium@0.9" in keys
+    # another bucket width's keys, buckets outside the range, other tiers or taus, malformed keys: not routed on
+    for key in ("tau:0.86", "tau:0.55", "tau:0.95", "tier:premium@0.85", "tier:standard@0.9", "tau:nan", "tau:x", "0.9"):
+        assert key not in keys, key
 
 
 def test_settings_name_the_bad_field():
