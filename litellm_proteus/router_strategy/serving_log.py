@@ -56,9 +56,12 @@ def _redis(config: ProteusConfig) -> tuple[Any, float]:
     return redis_client(config.redis), config.redis.retry_after_s
 
 
-def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
+def shared_shadow(config: ProteusConfig, replaces: ShadowEvaluator | None = None) -> ShadowEvaluator | None:
     """The shadow evaluator for ``config.shadow`` (None when it is off); its rows go beside the
-    decision log, rotated by the same limits; its daily spend is shared through Redis when configured."""
+    decision log, rotated by the same limits; its daily spend is shared through Redis when configured.
+    A new evaluator's budget goes on from the ledger of the one it ``replaces`` (the router's previous
+    strategy's) when both count in the same place (``DailyBudget``): the day's spend and what is not
+    yet sent to Redis carry over, and the replaced evaluator's running jobs settle there."""
     settings, log = config.shadow, config.decision_log
     if not settings.enabled or log is None or log.dir is None:
         return None
@@ -66,7 +69,8 @@ def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
     with _lock:
         if key not in _shadows:
             client, retry = _redis(config)
-            budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry)
+            budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry,
+                                 redis_url=config.redis_url, replaces=replaces.budget if replaces is not None else None)
             _shadows[key] = ShadowEvaluator(settings, log.dir, log.max_bytes, log.max_files, budget)
         return _shadows[key]
 

@@ -1,7 +1,8 @@
 """Settings changes at runtime (``Router.update_settings(routing_strategy_args=...)``, what LiteLLM's
 DB-backed config sync calls): the strategy they replace releases what only it used -- decision-log
 writers (thread, file), compliance controllers (Redis connection, gauge refreshes), tier stores --
-and the new one goes on from the old one's state where its meaning is unchanged."""
+and the new one goes on from the old one's state where its meaning is unchanged (the shadow
+budget's included)."""
 
 from __future__ import annotations
 
@@ -215,3 +216,40 @@ def test_turning_compliance_off_stops_the_old_controllers_gauge_refresh(steerabl
     compliance_metrics._trailing_export(key, old)  # as a refresh that had already started
     assert REGISTRY.get_sample_value("proteus_infeasible", {"state_key": key}) == 0.0
     assert REGISTRY.get_sample_value("proteus_delta", {"state_key": key}) == 0.0
+
+
+@pytest.mark.parametrize("with_redis", [False, True], ids=["process", "redis"])
+def test_a_shadow_settings_change_hands_the_budget_to_the_new_evaluator(steerable_artifact, tmp_path, request, with_redis):
+    """The new evaluator's budget counts the replaced one's running job until it settles, and sends
+    the release the replaced one could not (a reservation whose reply was lost)."""
+    import redis
+
+    shadow = {"rate": 0.5, "judge_model": "plain", "daily_budget_usd": 1.0, "redis_key_prefix": "t:change:"}
+    args = base_args(steerable_artifact, "shadowed", decision_log={"dir": str(tmp_path), "log_prompts": True}, shadow=shadow)
+    if with_redis:
+        args["redis"] = {"url": request.getfixturevalue("redis_server").url}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    old = router.proteus_strategy.shadow.budget
+    day, _ = old.reserve(0.6)  # a job of the evaluator the change replaces, still running
+    if with_redis:
+        applied = old._reserve
+
+        def applied_then_timed_out(**kwargs):
+            applied(**kwargs)
+            raise redis.exceptions.TimeoutError("reply lost")
+
+        old._reserve = applied_then_timed_out
+        assert old.reserve(0.3)[0] is None  # made in Redis, its job never runs: its release is pending
+        old._reserve = applied
+    changed = copy.deepcopy(args)
+    changed["shadow"]["rate"] = 0.25
+    router.update_settings(routing_strategy_args=changed)
+    new = router.proteus_strategy.shadow.budget
+    assert new is not old
+    assert new.spent() == pytest.approx(0.6)
+    assert new.reserve(0.5) == (None, pytest.approx(0.6))  # with the running job, past the cap
+    old.charge(0.1 - 0.6, day)  # the job ends after the change: it cost 0.1
+    assert new.spent() == pytest.approx(0.1) and new.reserve(0.5)[0] == day
+    if with_redis:
+        raw = redis.Redis.from_url(args["redis"]["url"], decode_responses=True)
+        assert float(raw.get(f"t:change:{day}")) == pytest.approx(0.6) and not new._pending
