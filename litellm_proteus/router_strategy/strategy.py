@@ -353,6 +353,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             infeasible=control.infeasible,
             state_key=control.state_key,
             operating_point=operating_point_label(decision.rule, decision.policy_tau, self.engine.predictor.models),
+            repriced_from=decision.repriced_from or "",
             breaker_excluded=unfiltered - len(scored),
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)

@@ -403,5 +403,8 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
     for g, u in traded:
         assert g.decision.slot != gpt35 and g.cost_usd < u.cost_usd
         assert g.decision.p[g.decision.index] >= u.decision.p[u.decision.index] - 1e-12
+        assert g.decision.rule == u.decision.rule and g.decision.repriced_from == "gpt-3.5-turbo-1106"
+    assert {g.decision.repriced_from for g, u in zip(guarded, unguarded) if (g, u) not in traded} == {None}
+    assert {u.decision.repriced_from for u in unguarded} == {None}  # no limit: every pick stands
     assert [(g.decision.slot, g.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded] == [
         (u.decision.slot, u.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded]
