@@ -30,6 +30,7 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from .compliance import ComplianceSettings
 from .exploration import ExplorationSettings
@@ -39,6 +40,8 @@ STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
 DEFAULT_TIERS: dict[str, float] = {"premium": 0.85, "standard": 0.82, "economy": 0.79}
+NULL_MEANS = "proteus_null_means"  # a field's json_schema_extra: what null does, said in its errors' allowed values
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
 class ProteusConfigError(ValueError):
@@ -196,10 +199,11 @@ class ProteusConfig(BaseModel):
     )
     rule_price_limit: float | None = Field(
         1.5,
-        gt=1.0,
+        gt=1,
         description="a single-model or cluster operating point whose pick's live price is past this multiple of the "
         "training price the point was chosen at takes the cheapest candidate predicted at least as accurate "
         "instead; null = never",
+        json_schema_extra={NULL_MEANS: "to turn the price check off"},
     )
     log_decisions: StrictBool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
@@ -216,8 +220,8 @@ class ProteusConfig(BaseModel):
     @field_validator("rule_price_limit", mode="before")
     @classmethod
     def _price_limit(cls, value: Any) -> Any:
-        if isinstance(value, bool):  # a YAML true would pass as 1.0
-            raise ValueError(f"must be a number > 1, or null; got {value!r}")
+        if isinstance(value, bool):  # a YAML true would pass as 1.0; worded as any other value of the wrong type
+            raise PydanticCustomError("float_type", "Input should be a valid number")
         return value
 
     @property
@@ -303,10 +307,11 @@ class ProteusConfig(BaseModel):
 
 def _allowed(model: type[BaseModel], error: dict) -> str:
     """What an error's field takes: the field names for an unknown key, the type and bounds for a
-    value of the wrong type ("" when neither says more)."""
+    value of the wrong type or out of bounds ("" when neither says more)."""
     if error["type"] == "extra_forbidden":
         return f" (allowed: {_allowed_fields(model, error['loc'])})"
-    values = _allowed_values(model, error["loc"]) if error["type"].endswith(("_parsing", "_type")) else ""
+    kind = error["type"]
+    values = _allowed_values(model, error["loc"]) if kind.endswith(("_parsing", "_type")) or kind in _BOUND_ERRORS else ""
     return f" (allowed: {values})" if values else ""
 
 
@@ -342,7 +347,8 @@ def _type_at(model: type[BaseModel], loc: tuple) -> tuple[Any, list]:
 
 
 def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
-    """What a field of the wrong type takes: its type and bounds (``a number >= 0 and <= 1``)."""
+    """What a field takes: its type and bounds (``a number >= 0 and <= 1``), and what null does where
+    it declares that (``NULL_MEANS``)."""
     annotation, metadata = _type_at(model, loc)
     options = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) else []
     optional = len(options) == 1 and len(get_args(annotation)) == 2  # ``X | None``: X, or null
@@ -350,7 +356,10 @@ def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
         options[0] if optional else annotation, "")
     bounds = [f"{sign} {getattr(m, attr)}" for m in metadata
               for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if hasattr(m, attr)]
-    return f"{kind} {' and '.join(bounds)}".rstrip() + (", or null" if optional else "") if kind else ""
+    field = _field_at(model, loc)
+    extra = field.json_schema_extra if field is not None and isinstance(field.json_schema_extra, dict) else {}
+    null = ", or null" + (f" {extra[NULL_MEANS]}" if NULL_MEANS in extra else "") if optional else ""
+    return f"{kind} {' and '.join(bounds)}".rstrip() + null if kind else ""
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
