@@ -24,6 +24,11 @@ memory -- it ``replaces`` the old one and shares its ledger: the day's local spe
 last gave, and the settlements and releases not yet sent.  Jobs of the replaced evaluator still
 running settle into that ledger, so their reservations are taken back (or made real) where the new
 budget counts, and what the old one could not send is sent by the new one.
+
+The replaced budget's own Redis client is closed (``close``) once no live strategy uses its
+evaluator.  A job of that evaluator settling later still sends its settlement through it (to the
+store its reservation was made in, whether or not a new budget shares the ledger): the connection
+that opens closes again once no call of that budget is running.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import logging
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -40,6 +46,7 @@ from .observability import RateLimitedWarnings
 
 logger = logging.getLogger("litellm_proteus.shadow")
 KEY_TTL_S = 2 * 86400
+CLIENT_NAME = "proteus-shadow-budget"  # how the budgets' connections show in Redis's CLIENT LIST
 # KEYS: the day's key, the reservation's id key; ARGV: amount, cap, ttl.  Adds the amount unless the
 # total would pass the cap (or already has) or the id is taken (released already: this call outlived
 # its client's wait); the id key holds the amount for a release.  Returns {1 | 0, total} (the total
@@ -113,6 +120,10 @@ class DailyBudget:
         self._sync_lock = replaces._sync_lock if same else threading.Lock()
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 60.0)
+        # this budget's own client (never shared): closed once its evaluator is released and no call runs
+        self._closed = False
+        self._calls = 0
+        self._calls_lock = threading.Lock()
         self._reserve = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
         self._charge = redis_client.register_script(_CHARGE_LUA) if redis_client is not None else None
         self._release = redis_client.register_script(_RELEASE_LUA) if redis_client is not None else None
@@ -129,11 +140,12 @@ class DailyBudget:
             with self._lock:
                 return self._local.get(day, 0.0)
         if self._use_redis():
-            try:
-                self._sync()
-                return self._saw(day, self.redis.get(self.key(day)))
-            except Exception as exc:  # redis.RedisError, OSError: settle locally until it is back
-                self._redis_failed(exc)
+            with self._calling():
+                try:
+                    self._sync()
+                    return self._saw(day, self.redis.get(self.key(day)))
+                except Exception as exc:  # redis.RedisError, OSError: settle locally until it is back
+                    self._redis_failed(exc)
         return self._estimate(day)
 
     def reserve(self, usd: float) -> tuple[str | None, float]:
@@ -148,19 +160,20 @@ class DailyBudget:
                 return day, self._add_local(usd, day)
         if self._use_redis():
             reservation = uuid.uuid4().hex
-            try:
-                self._sync()
+            with self._calling():
                 try:
-                    ok, total = self._reserve(keys=[self.key(day), self._reservation_key(day, reservation)],
-                                              args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
-                except Exception:
-                    # Redis may have made it and lost only the reply; the job will not run, so it is released
-                    with self._lock:
-                        self._pending.append(("release", reservation, day, 0.0))
-                    raise
-                return (day if int(ok) else None), self._saw(day, total)
-            except Exception as exc:
-                self._redis_failed(exc)
+                    self._sync()
+                    try:
+                        ok, total = self._reserve(keys=[self.key(day), self._reservation_key(day, reservation)],
+                                                  args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                    except Exception:
+                        # Redis may have made it and lost only the reply; the job will not run, so it is released
+                        with self._lock:
+                            self._pending.append(("release", reservation, day, 0.0))
+                        raise
+                    return (day if int(ok) else None), self._saw(day, total)
+                except Exception as exc:
+                    self._redis_failed(exc)
         return None, self._estimate(day)
 
     def charge(self, usd: float, day: str | None = None) -> float:
@@ -173,11 +186,12 @@ class DailyBudget:
                 return self._add_local(usd, day)
         settlement = ("charge", uuid.uuid4().hex, day, usd)
         if self._use_redis():
-            try:
-                self._sync()
-                return self._send(settlement)
-            except Exception as exc:
-                self._redis_failed(exc)
+            with self._calling():
+                try:
+                    self._sync()
+                    return self._send(settlement)
+                except Exception as exc:
+                    self._redis_failed(exc)
         with self._lock:
             self._pending.append(settlement)
         return self._estimate(day)
@@ -198,7 +212,32 @@ class DailyBudget:
     async def acharge(self, usd: float, day: str | None = None) -> float:
         return await asyncio.to_thread(self.charge, usd, day) if self.redis is not None else self.charge(usd, day)
 
+    def close(self) -> None:
+        """No live strategy uses this budget's evaluator (a settings change replaced it): its Redis
+        connections close at once, or when the calls running on them end."""
+        if self.redis is None:
+            return
+        with self._calls_lock:
+            self._closed = True
+            if not self._calls:
+                self.redis.close()
+
     # -- Redis --------------------------------------------------------------------------------
+    @contextmanager
+    def _calling(self):
+        """Around each use of the client: on a closed budget (a replaced evaluator's job settling
+        late) the connection the use opened closes again when no other use is running, so none is
+        cut under a call and none stays open."""
+        with self._calls_lock:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._calls_lock:
+                self._calls -= 1
+                if self._closed and not self._calls:
+                    self.redis.close()
+
     def _reservation_key(self, day: str, reservation: str) -> str:
         return f"{self.key(day)}:reservation:{reservation}"
 

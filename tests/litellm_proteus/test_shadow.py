@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+import time
 
 import httpx
 import litellm
@@ -15,7 +17,7 @@ import respx
 from litellm_proteus import shadow_metrics
 from litellm_proteus.config import ProteusConfig, ProteusConfigError
 from litellm_proteus.shadow import ShadowEvaluator, ShadowJob, job_candidates
-from litellm_proteus.shadow_budget import KEY_TTL_S, DailyBudget, utc_day
+from litellm_proteus.shadow_budget import CLIENT_NAME, KEY_TTL_S, DailyBudget, utc_day
 from litellm_proteus.shadow_settings import ShadowSettings
 
 DAY = 1_800_000_000.0  # 2027-01-15 08:00 UTC
@@ -225,6 +227,48 @@ def test_a_budget_replacing_one_on_the_same_redis_sends_what_it_left_unsent(tmp_
         assert old.spent() == pytest.approx(0.20)  # the replaced budget sends nothing twice
     finally:
         server.stop()
+
+
+def eventually(condition, timeout_s: float = 10.0) -> bool:
+    """``condition()`` once it holds (Redis handles a closed socket or a paused command when it gets to it)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_a_budget_closed_during_its_call_closes_the_connection_once_the_call_ends(redis_server):
+    """A settings change releases the budget of a replaced evaluator while one of its jobs settles:
+    the settlement runs to its end on the connection it started on (a cut one would be sent again
+    on a new connection), which closes then; a later settlement opens and closes one again."""
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+
+    def budget_connections() -> list[dict]:
+        return [c for c in raw.client_list() if c.get("name") == CLIENT_NAME]
+
+    def received() -> int:
+        return raw.info("stats")["total_connections_received"]
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=CLIENT_NAME, socket_timeout=30)
+    budget = DailyBudget(1.0, client, "t:closing:", redis_url=redis_server.url)
+    day, _ = budget.reserve(0.5)
+    settled: list[float] = []
+    raw.client_pause(30_000, all=False)  # write commands wait in Redis: the settlement is held mid-call
+    try:
+        settling = threading.Thread(target=lambda: settled.append(budget.charge(0.2 - 0.5, day)))
+        settling.start()
+        assert eventually(lambda: [c["flags"] for c in budget_connections()] == ["b"])  # its call is in Redis
+        opened = received()
+        budget.close()
+        assert len(budget_connections()) == 1
+    finally:
+        raw.client_unpause()
+    settling.join()
+    assert settled == [pytest.approx(0.2)] and received() == opened
+    assert eventually(lambda: not budget_connections())
+    assert budget.charge(0.1, day) == pytest.approx(0.3) and eventually(lambda: not budget_connections())
+    assert float(raw.get(f"t:closing:{day}")) == pytest.approx(0.3)
+    raw.close()
 
 
 def evaluator(tmp_path, **settings) -> ShadowEvaluator:
