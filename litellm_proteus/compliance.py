@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
+from .settings_types import Integer, Number
 
 logger = logging.getLogger("litellm_proteus.compliance")
 # infeasible needs the best p short of tau by more than this: a window of p_best == tau is feasible in
@@ -74,32 +75,32 @@ class ComplianceSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     enabled: StrictBool = Field(True, description="false: route at the static calibration, record nothing")
-    step: float = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (target - p_hat) per decision")
-    window: int = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
-    label_window: int = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")
-    label_prior: float = Field(
+    step: Number = Field(0.02, gt=0, le=1, description="eta: delta moves by step * (target - p_hat) per decision")
+    window: Integer = Field(200, ge=10, le=100_000, description="decisions in the sliding window")
+    label_window: Integer = Field(5000, ge=10, le=100_000, description="feedback labels in the label window")
+    label_prior: Number = Field(
         200.0, gt=0, description="labels that weigh as much as the predictions: the residual's weight is n / (n + label_prior)"
     )
-    min_decisions: int = Field(50, ge=1, description="decisions before delta moves or infeasible is said")
-    min_labels: int = Field(20, ge=2, description="labels before their residual corrects p_hat")
-    label_z: float = Field(
+    min_decisions: Integer = Field(50, ge=1, description="decisions before delta moves or infeasible is said")
+    min_labels: Integer = Field(20, ge=2, description="labels before their residual corrects p_hat")
+    label_z: Number = Field(
         1.645, gt=0, le=5,
         description="z of the labels' lower bound (Wilson): the target's label margin and the delta < 0 rule; 1.645: one-sided 95 %",
     )
-    delta_min: float = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
-    delta_max: float = Field(0.3, ge=0, le=1, description="highest delta")
-    decay: float = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
-    start_z: float = Field(
+    delta_min: Number = Field(-0.05, ge=-0.5, le=0, description="lowest delta; below 0 only on labels' evidence")
+    delta_max: Number = Field(0.3, ge=0, le=1, description="highest delta")
+    decay: Number = Field(0.002, ge=0, lt=1, description="per decision, delta shrinks by this fraction towards 0")
+    start_z: Number = Field(
         3.0, ge=0, le=10,
         description="at rest (delta <= 0) delta rises only once p_hat is below target by start_z standard errors of the window's mean p",
     )
-    margin: float | None = Field(
+    margin: Number | None = Field(
         0.01, ge=0, le=0.5,
         description="without labels p_hat is steered to min(tau + margin, the artifact's reference p); null: the artifact's tau calibration margin",
     )
-    tau_bucket: float = Field(0.01, gt=0, le=1, description="width of the buckets request-sent taus share state in")
-    ttl_s: int = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
-    retry_after_s: float = Field(10.0, ge=0, le=3600, description="after a Redis failure, local state for this long")
+    tau_bucket: Number = Field(0.01, gt=0, le=1, description="width of the buckets request-sent taus share state in")
+    ttl_s: Integer = Field(86_400, ge=60, description="Redis state of an idle tier expires after this long")
+    retry_after_s: Number = Field(10.0, ge=0, le=3600, description="after a Redis failure, local state for this long")
     key_prefix: str = "proteus:compliance:"
     breaker: BreakerSettings = Field(default_factory=BreakerSettings, description="the quality breaker (quality_breaker.py)")
     correction: CorrectionSettings = Field(

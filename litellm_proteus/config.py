@@ -33,12 +33,15 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from .compliance import ComplianceSettings
 from .exploration import ExplorationSettings
+from .settings_types import Integer, Number
 from .shadow_settings import ShadowSettings
 
 STRATEGY_NAME = "proteus"
 CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
 DEFAULT_TIERS: dict[str, float] = {"premium": 0.85, "standard": 0.82, "economy": 0.79}
+NULL_MEANS = "proteus_null_means"  # a field's json_schema_extra: what null does, said in its errors' allowed values
+_BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
 class ProteusConfigError(ValueError):
@@ -54,19 +57,19 @@ class RedisSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     url: str | None = Field(None, description="redis://[:password@]host:port/db")
     host: str = "127.0.0.1"
-    port: int = Field(6379, ge=1, le=65535)
-    db: int = Field(0, ge=0)
+    port: Integer = Field(6379, ge=1, le=65535)
+    db: Integer = Field(0, ge=0)
     password: str | None = None
-    timeout_ms: float = Field(50.0, gt=0, le=10_000, description="per lookup; slower Redis -> default tier")
+    timeout_ms: Number = Field(50.0, gt=0, le=10_000, description="per lookup; slower Redis -> default tier")
     key_prefix: str = "proteus:tier:"
-    cache_ttl_s: float = Field(5.0, ge=0, le=3600, description="in-process cache of looked-up tiers (0 = off)")
-    retry_after_s: float = Field(1.0, ge=0, le=3600, description="after a failed lookup, the default tier without asking Redis for this long")
-    max_connections: int = Field(64, ge=1, le=10_000, description="Redis connections per event loop")
-    connect_timeout_ms: float = Field(
+    cache_ttl_s: Number = Field(5.0, ge=0, le=3600, description="in-process cache of looked-up tiers (0 = off)")
+    retry_after_s: Number = Field(1.0, ge=0, le=3600, description="after a failed lookup, the default tier without asking Redis for this long")
+    max_connections: Integer = Field(64, ge=1, le=10_000, description="Redis connections per event loop")
+    connect_timeout_ms: Number = Field(
         1000.0, gt=0, le=60_000,
         description="the first connection of each event loop (warmed at proxy start-up); not part of timeout_ms",
     )
-    stale_ttl_s: float = Field(
+    stale_ttl_s: Number = Field(
         3600.0, ge=0, le=7 * 86400,
         description="a key's last tier read from Redis is used for this long while Redis is slow or down (0 = off)",
     )
@@ -107,8 +110,8 @@ class BatchingSettings(BaseModel):
     """Micro-batching of concurrent routing decisions in one worker thread."""
 
     model_config = ConfigDict(extra="forbid")
-    max_batch: int = Field(32, ge=1, le=1024)
-    max_wait_ms: float = Field(
+    max_batch: Integer = Field(32, ge=1, le=1024)
+    max_wait_ms: Number = Field(
         0.0,
         ge=0,
         le=1000,
@@ -126,12 +129,12 @@ class PredictorOptions(BaseModel):
         "auto", description="transformer encoder precision: auto = fp16 on CUDA, bf16 on CPUs with native bf16, else fp32"
     )
     quantize: Literal["none", "int8"] | None = Field(None, description="int8 moves embeddings: evaluate it first")
-    memory_cache: int = Field(1024, ge=0, description="in-process LRU of embeddings (exact; 0 = off)")
-    threads: int | None = Field(None, ge=1, description="torch intra-op threads (process-wide)")
+    memory_cache: Integer = Field(1024, ge=0, description="in-process LRU of embeddings (exact; 0 = off)")
+    threads: Integer | None = Field(None, ge=1, description="torch intra-op threads (process-wide)")
     backend: Literal["auto", "hf", "fused", "static"] = Field("auto", description="transformer implementation")
-    max_tokens: int | None = Field(None, ge=8, description="override the artifact's encoder length (changes embeddings)")
+    max_tokens: Integer | None = Field(None, ge=8, description="override the artifact's encoder length (changes embeddings)")
     truncation: Literal["head", "tail", "head_tail"] | None = Field(None, description="override the artifact's truncation")
-    max_batch_tokens: int | None = Field(
+    max_batch_tokens: Integer | None = Field(
         None, ge=0, description="padded tokens per encoder pass (default: 2,048 on CPU, no limit on CUDA; 0 = no limit)"
     )
     runtime: Literal["auto", "numpy", "torch"] = Field(
@@ -149,21 +152,21 @@ class DecisionLogSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     dir: str | None = Field(None, description="directory of rotating JSONL files; null = no files")
-    max_bytes: int = Field(64 * 2**20, ge=4096, description="a file is closed and a new one started past this size")
-    max_files: int = Field(100, ge=1, description="files kept per proxy process; the oldest are deleted")
-    queue_size: int = Field(10_000, ge=1, description="records waiting for the writer thread; more are dropped (counted)")
+    max_bytes: Integer = Field(64 * 2**20, ge=4096, description="a file is closed and a new one started past this size")
+    max_files: Integer = Field(100, ge=1, description="files kept per proxy process; the oldest are deleted")
+    queue_size: Integer = Field(10_000, ge=1, description="records waiting for the writer thread; more are dropped (counted)")
     log_prompts: StrictBool = Field(False, description="store the prompt text (its SHA-256 is always stored)")
     log_responses: StrictBool = Field(False, description="store the response text in outcome records")
     redis_stream: str | None = Field(
         None, description="also XADD every record to this Redis stream (needs routing_strategy_args.redis)"
     )
-    redis_stream_maxlen: int = Field(1_000_000, ge=1, description="approximate length cap of the stream (MAXLEN ~)")
+    redis_stream_maxlen: Integer = Field(1_000_000, ge=1, description="approximate length cap of the stream (MAXLEN ~)")
     redis_index: StrictBool = Field(
         True, description="keep each decision in Redis for feedback_max_age_s, so any worker can accept its feedback"
     )
     redis_key_prefix: str = "proteus:decision:"
-    index_size: int = Field(100_000, ge=1, description="decisions kept in memory per process for feedback lookups")
-    feedback_max_age_s: float = Field(7 * 86400.0, gt=0, description="feedback for an older decision is refused (late)")
+    index_size: Integer = Field(100_000, ge=1, description="decisions kept in memory per process for feedback lookups")
+    feedback_max_age_s: Number = Field(7 * 86400.0, gt=0, description="feedback for an older decision is refused (late)")
 
     @model_validator(mode="after")
     def _a_sink(self) -> "DecisionLogSettings":
@@ -181,7 +184,7 @@ class ProteusConfig(BaseModel):
     predictor_options: PredictorOptions = Field(default_factory=PredictorOptions)
     groups: list[str] = Field(default_factory=lambda: ["proteus-auto"], min_length=1)
     default_tier: str = "standard"
-    tiers: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1)
+    tiers: dict[str, Number] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1)
     allow_raise: dict[str, StrictBool] = Field(default_factory=dict)
     tier_metadata_key: str = Field("proteus_tier", min_length=1, description="key/team metadata field naming the tier")
     redis: RedisSettings | None = None
@@ -194,12 +197,13 @@ class ProteusConfig(BaseModel):
         description="prompt tokens in c_i: 'chars' = ceil(characters / 4), training's estimate (no tokenizer); "
         "'litellm' = litellm.token_counter (cl100k_base, ~31 MiB per worker)",
     )
-    rule_price_limit: float | None = Field(
+    rule_price_limit: Number | None = Field(
         1.5,
-        gt=1.0,
+        gt=1,
         description="a single-model or cluster operating point whose pick's live price is past this multiple of the "
         "training price the point was chosen at takes the cheapest candidate predicted at least as accurate "
         "instead; null = never",
+        json_schema_extra={NULL_MEANS: "to turn the price check off"},
     )
     log_decisions: StrictBool = True
     decision_log: DecisionLogSettings | None = Field(None, description="null = no decision log and no feedback")
@@ -213,13 +217,6 @@ class ProteusConfig(BaseModel):
         "and so skip tau and tiers?",
     )
 
-    @field_validator("rule_price_limit", mode="before")
-    @classmethod
-    def _price_limit(cls, value: Any) -> Any:
-        if isinstance(value, bool):  # a YAML true would pass as 1.0
-            raise ValueError(f"must be a number > 1, or null; got {value!r}")
-        return value
-
     @property
     def redis_url(self) -> str | None:
         """The Redis URL every shared piece (tiers, controller, logs, shadow budget) connects to."""
@@ -231,16 +228,6 @@ class ProteusConfig(BaseModel):
         if value not in ("auto", "cpu", "cuda") and not (value.startswith("cuda:") and value[5:].isdigit()):
             raise ValueError(f"must be one of 'auto', 'cpu', 'cuda', 'cuda:N'; got {value!r}")
         return value
-
-    @field_validator("tiers", mode="before")
-    @classmethod
-    def _tiers_are_numbers(cls, tiers: Any) -> Any:
-        """``true`` would read as tau 1.0 (pydantic's lax mode), where a request's ``true`` is a 400."""
-        if isinstance(tiers, dict):
-            for name, tau in tiers.items():
-                if isinstance(tau, bool):
-                    raise ValueError(f"tier {name!r}: tau must be a number in (0, 1]; got {tau!r}")
-        return tiers
 
     @field_validator("tiers")
     @classmethod
@@ -303,10 +290,11 @@ class ProteusConfig(BaseModel):
 
 def _allowed(model: type[BaseModel], error: dict) -> str:
     """What an error's field takes: the field names for an unknown key, the type and bounds for a
-    value of the wrong type ("" when neither says more)."""
+    value of the wrong type or out of bounds ("" when neither says more)."""
     if error["type"] == "extra_forbidden":
         return f" (allowed: {_allowed_fields(model, error['loc'])})"
-    values = _allowed_values(model, error["loc"]) if error["type"].endswith(("_parsing", "_type")) else ""
+    kind = error["type"]
+    values = _allowed_values(model, error["loc"]) if kind.endswith(("_parsing", "_type")) or kind in _BOUND_ERRORS else ""
     return f" (allowed: {values})" if values else ""
 
 
@@ -342,15 +330,20 @@ def _type_at(model: type[BaseModel], loc: tuple) -> tuple[Any, list]:
 
 
 def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
-    """What a field of the wrong type takes: its type and bounds (``a number >= 0 and <= 1``)."""
+    """What a field takes: its type and bounds (``a number >= 0 and <= 1``), and what null does where
+    it declares that (``NULL_MEANS``)."""
     annotation, metadata = _type_at(model, loc)
     options = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) else []
     optional = len(options) == 1 and len(get_args(annotation)) == 2  # ``X | None``: X, or null
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(
-        options[0] if optional else annotation, "")
+    bare = options[0] if optional else annotation
+    bare = get_args(bare)[0] if get_origin(bare) is Annotated else bare  # Number -> float
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(bare, "")
     bounds = [f"{sign} {getattr(m, attr)}" for m in metadata
               for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if hasattr(m, attr)]
-    return f"{kind} {' and '.join(bounds)}".rstrip() + (", or null" if optional else "") if kind else ""
+    field = _field_at(model, loc)
+    extra = field.json_schema_extra if field is not None and isinstance(field.json_schema_extra, dict) else {}
+    null = ", or null" + (f" {extra[NULL_MEANS]}" if NULL_MEANS in extra else "") if optional else ""
+    return f"{kind} {' and '.join(bounds)}".rstrip() + null if kind else ""
 
 
 def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:

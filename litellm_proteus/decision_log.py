@@ -591,13 +591,15 @@ class DecisionLogWriter:
 WRITE_TIMEOUT_S = 2.0  # the writer thread's Redis calls: off the request path, so a busy host is no outage
 
 
-def redis_client(settings: RedisSettings, timeout_s: float | None = None) -> Any:
-    """A client of ``settings``; ``timeout_s`` (default: the request path's ``timeout_ms``) per call."""
+def redis_client(settings: RedisSettings, timeout_s: float | None = None, client_name: str | None = None) -> Any:
+    """A client of ``settings``; ``timeout_s`` (default: the request path's ``timeout_ms``) per call;
+    ``client_name``: how its connections show in Redis's CLIENT LIST."""
     import redis
 
     timeout = settings.timeout_ms / 1000.0 if timeout_s is None else timeout_s
     return redis.Redis.from_url(
-        settings.connection_url(), socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True
+        settings.connection_url(), socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=True,
+        client_name=client_name,
     )
 
 

@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from .compliance_metrics import has_series, record_correction
 from .deployment_residuals import DeploymentResiduals, mean_and_se
+from .settings_types import Integer, Number
 
 STORE_PREFIX = "correction:"
 
@@ -51,21 +52,21 @@ class CorrectionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     enabled: StrictBool = Field(True, description="lower each deployment's predicted p by its feedback residual")
-    label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
-    min_labels: int = Field(20, ge=2, description="labels before a deployment's p is corrected")
-    prior: float = Field(
+    label_window: Integer = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
+    min_labels: Integer = Field(20, ge=2, description="labels before a deployment's p is corrected")
+    prior: Number = Field(
         100.0, ge=0,
         description="labels that weigh as much as the predictions: the correction is n / (n + prior) of the mean residual",
     )
-    z: float = Field(
+    z: Number = Field(
         0.0, ge=0, le=5,
         description="standard errors of the mean residual that are not corrected: c counts only the shortfall beyond z * SE",
     )
-    alarm_z: float = Field(
+    alarm_z: Number = Field(
         1.645, ge=0, le=5,
         description="the infeasible flag counts a deployment's shortfall only beyond alarm_z standard errors of its mean residual",
     )
-    refresh_s: float = Field(1.0, ge=0, le=3600, description="how long a process reuses the residuals it read")
+    refresh_s: Number = Field(1.0, ge=0, le=3600, description="how long a process reuses the residuals it read")
 
     @model_validator(mode="after")
     def _labels_fit_the_window(self) -> "CorrectionSettings":

@@ -70,6 +70,8 @@ class DecisionRecord:
     infeasible: bool = False
     state_key: str = ""  # compliance controller state (tier:<name>@<tau> | tau:<bucket>)
     operating_point: str = ""  # the calibrated point that decided (operating_point_label); "" = not recorded
+    # the model the operating point picked when, priced past rule_price_limit, it gave way to ``model``; "" = it did not
+    repriced_from: str = ""
     breaker_excluded: int = 0  # deployments the quality breaker left out of this request's candidates
 
     def headers(self) -> dict[str, str]:
@@ -93,6 +95,8 @@ class DecisionRecord:
             headers["x-proteus-device"] = self.device
         if self.operating_point:
             headers["x-proteus-operating-point"] = self.operating_point
+        if self.repriced_from:
+            headers["x-proteus-repriced-from"] = self.repriced_from
         return headers
 
     def to_dict(self) -> dict[str, Any]:

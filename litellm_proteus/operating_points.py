@@ -16,15 +16,17 @@ A rule whose slot has no live candidate (the deployment was removed or is coolin
 the policy at the point's ``policy_tau``, stored next to it in the calibration.  A slot or cluster
 rule whose pick is priced far above the training price the rule was chosen at (``priced_as_trained``,
 ``engine.DecisionEngine.priced_as_trained``) takes the cheapest live candidate whose calibrated p is
-at least the pick's: never dearer than the pick, never predicted less accurate.  The quality rule
-ignores price, as the policy's top does.  This module is
-numpy only: the proxy (``predictor.py``) and offline evaluation (``train/routing.route_log``) apply
-rules through the same ``apply_rules``, so they route identically.
+at least the pick's: never dearer than the pick, never predicted less accurate; ``rule_picks`` also
+returns the pick each such replacement gave way to (the proxy's ``x-proteus-repriced-from``).  The
+quality rule ignores price, as the policy's top does.  This module is
+numpy only: the proxy (``predictor.py``, ``rule_picks``) and offline evaluation
+(``train/routing.route_log``, ``apply_rules``: ``rule_picks``'s choice) apply rules through the same
+code, so they route identically.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -85,6 +87,13 @@ def _no_dearer_no_worse(picked: np.ndarray, p_shown: np.ndarray, costs: np.ndarr
     return np.where(ok, costs, np.inf).argmin(axis=1)
 
 
+class RulePicks(NamedTuple):
+    choice: np.ndarray  # per request: the candidate index its rule picks, or NO_CHOICE (route at the policy)
+    # per request: the candidate the rule picked where, priced past its training price, it gave way to
+    # ``choice`` (another candidate); NO_CHOICE where the rule's pick stands
+    repriced_from: np.ndarray
+
+
 def apply_rules(
     rules: Sequence[OperatingPoint],
     p: np.ndarray,
@@ -97,7 +106,24 @@ def apply_rules(
     priced_as_trained: np.ndarray | None = None,
     p_shown: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy).
+    """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy): ``rule_picks``'s choice."""
+    return rule_picks(rules, p, boost, slots, costs, valid, embeddings, centroids, priced_as_trained, p_shown).choice
+
+
+def rule_picks(
+    rules: Sequence[OperatingPoint],
+    p: np.ndarray,
+    boost: np.ndarray,
+    slots: np.ndarray,
+    costs: np.ndarray,
+    valid: np.ndarray,
+    embeddings: np.ndarray | None = None,
+    centroids: np.ndarray | None = None,
+    priced_as_trained: np.ndarray | None = None,
+    p_shown: np.ndarray | None = None,
+) -> RulePicks:
+    """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy), and the
+    pick a repriced one gave way to (``RulePicks``).
 
     All [B, W] arrays cover each request's candidates (padded; ``valid`` marks the real ones):
     predicted correctness ``p``, boost ``b`` of each candidate's slot, ``slots`` and live ``costs``.
@@ -107,8 +133,9 @@ def apply_rules(
     least as accurate instead (``_no_dearer_no_worse``)."""
     n = len(rules)
     choice = np.full(n, NO_CHOICE, dtype=np.int64)
+    repriced_from = np.full(n, NO_CHOICE, dtype=np.int64)
     if n == 0 or all(r.kind == "policy" for r in rules):
-        return choice
+        return RulePicks(choice, repriced_from)
     kinds = np.array([r.kind for r in rules])
     target = np.full(n, -1, dtype=np.int64)
     target[kinds == "slot"] = [r.slot for r in rules if r.kind == "slot"]
@@ -129,10 +156,12 @@ def apply_rules(
             if repriced.any():
                 rows, picked = rows[repriced], picked[repriced]
                 choice[rows] = _no_dearer_no_worse(picked, p_shown[rows], costs[rows], valid[rows])
+                moved = choice[rows] != picked  # the pick itself may still be the cheapest no worse one
+                repriced_from[rows[moved]] = picked[moved]
     quality = np.flatnonzero(kinds == "quality")
     if quality.size:
         value = np.where(valid[quality], p[quality] + boost[quality], -np.inf)
         best = value.max(axis=1, keepdims=True)
         ties = valid[quality] & (value >= best - 1e-12)
         choice[quality] = np.where(ties, costs[quality], np.inf).argmin(axis=1)
-    return choice
+    return RulePicks(choice, repriced_from)

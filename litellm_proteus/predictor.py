@@ -37,7 +37,7 @@ class NetworkForward(Protocol):
     gamma: np.ndarray
 
     def forward(self, embeddings: np.ndarray, policy_tau_norm: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
-from .operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
+from .operating_points import NO_CHOICE, POLICY, OperatingPoint, rule_picks
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,8 @@ class Decision:
     policy_tau: float | None = None  # the calibrated tau the policy saw (one of two when mixing)
     delta: float = 0.0  # the compliance controller's offset: routed at calibrated(tau_effective + delta)
     rule: str = "policy"  # the operating point's rule that chose (operating_points.OperatingPoint.label)
+    # the slot the rule picked when, priced past rule_price_limit, it gave way to this choice (else None)
+    repriced_from: str | None = None
     p_correction: tuple[float, ...] = ()  # per candidate, the correction included in p (empty: none)
 
 
@@ -311,8 +313,10 @@ class ProteusPredictor:
         if corrected:  # the p the controller and the log see, and what clipping to [0, 1] kept of each c
             shown = np.clip(p + p_offsets, 0.0, 1.0)
             applied, p = (shown - p).tolist(), shown
-        picked = apply_rules(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids, as_trained, p)
+        picked, repriced_from = rule_picks(rules, p_routed, boost, slots, costs, valid, embeddings, self.taus.centroids,
+                                           as_trained, p)
         best_all = np.where(picked != NO_CHOICE, picked, best_all).tolist()
+        repriced_from = repriced_from.tolist()
         p_rows, s_rows, mu_rows = p.tolist(), s.tolist(), mu.tolist()
         decisions = []
         for row, cands in enumerate(candidates):
@@ -332,6 +336,7 @@ class ProteusPredictor:
                     policy_tau=policy_taus[row],
                     delta=offsets[row],
                     rule=rules[row].label() if picked[row] != NO_CHOICE else "policy",
+                    repriced_from=None if repriced_from[row] == NO_CHOICE else self.models[cands[repriced_from[row]].slot],
                     p_correction=() if applied is None else tuple(applied[row][:n]),
                 )
             )

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from .compliance_metrics import has_series, record_breaker
 from .deployment_residuals import DeploymentResiduals, mean_and_se
+from .settings_types import Integer, Number
 
 logger = logging.getLogger("litellm_proteus.quality_breaker")
 STORE_PREFIX = "breaker:"  # its residual windows, apart from the deployment correction's
@@ -38,11 +39,11 @@ class BreakerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     enabled: StrictBool = Field(False, description="leave out deployments whose feedback proves them worse than predicted")
-    threshold: float = Field(0.05, gt=0, le=0.5, description="how far below its calibrated p a deployment must be proven")
-    label_window: int = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
-    min_labels: int = Field(20, ge=2, description="labels before a deployment can be left out")
-    refresh_s: float = Field(1.0, ge=0, le=3600, description="how long a process reuses the residuals it read")
-    cooldown_s: float = Field(
+    threshold: Number = Field(0.05, gt=0, le=0.5, description="how far below its calibrated p a deployment must be proven")
+    label_window: Integer = Field(500, ge=10, le=100_000, description="feedback labels kept per deployment")
+    min_labels: Integer = Field(20, ge=2, description="labels before a deployment can be left out")
+    refresh_s: Number = Field(1.0, ge=0, le=3600, description="how long a process reuses the residuals it read")
+    cooldown_s: Number = Field(
         600.0, gt=0, description="a left-out deployment is a candidate again after this long, with a fresh window"
     )
 

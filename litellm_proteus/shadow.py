@@ -293,11 +293,13 @@ class ShadowEvaluator:
                     self.files.close()
 
     def close(self) -> None:
-        """No live strategy uses this evaluator (a settings change replaced it): its file closes;
-        jobs still running write their rows and close the file again."""
+        """No live strategy uses this evaluator (a settings change replaced it): its file and its
+        budget's Redis connections close; jobs still running write their rows and settle their
+        reservations, and close both again."""
         with self._write_lock:
             self._closed = True
             self.files.close()
+        self.budget.close()
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait for the running jobs (tests, shutdown)."""

@@ -17,6 +17,18 @@ settlement and sent once Redis answers.  The release takes back the reservation 
 and leaves a tombstone either way, so a reservation that reaches Redis after its release (a
 command still in flight when the client gave up) is refused, and a release sent twice takes back
 once: a reservation whose reply was lost costs nothing once its release is sent.
+
+A settings change that replaces the shadow evaluator gives it a new budget (the cap may change).
+When the new one counts in the same place -- the same Redis URL and key prefix, or both in process
+memory -- it ``replaces`` the old one and shares its ledger: the day's local spend, the total Redis
+last gave, and the settlements and releases not yet sent.  Jobs of the replaced evaluator still
+running settle into that ledger, so their reservations are taken back (or made real) where the new
+budget counts, and what the old one could not send is sent by the new one.
+
+The replaced budget's own Redis client is closed (``close``) once no live strategy uses its
+evaluator.  A job of that evaluator settling later still sends its settlement through it (to the
+store its reservation was made in, whether or not a new budget shares the ledger): the connection
+that opens closes again once no call of that budget is running.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import logging
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
@@ -33,6 +46,7 @@ from .observability import RateLimitedWarnings
 
 logger = logging.getLogger("litellm_proteus.shadow")
 KEY_TTL_S = 2 * 86400
+CLIENT_NAME = "proteus-shadow-budget"  # how the budgets' connections show in Redis's CLIENT LIST
 # KEYS: the day's key, the reservation's id key; ARGV: amount, cap, ttl.  Adds the amount unless the
 # total would pass the cap (or already has) or the id is taken (released already: this call outlived
 # its client's wait); the id key holds the amount for a release.  Returns {1 | 0, total} (the total
@@ -83,21 +97,33 @@ class DailyBudget:
     The async methods run Redis calls in a worker thread (never on the event loop)."""
 
     def __init__(self, cap_usd: float, redis_client: Any = None, key_prefix: str = "proteus:shadow:spend:",
-                 retry_after_s: float = 1.0, clock: Any = time.time):
+                 retry_after_s: float = 1.0, clock: Any = time.time, redis_url: str | None = None,
+                 replaces: "DailyBudget | None" = None):
+        """``redis_url``: where ``redis_client`` connects; ``replaces``: the budget of the evaluator a
+        settings change replaces, whose ledger this one shares when both count in the same place."""
         self.cap_usd = cap_usd
         self.redis = redis_client
         self.key_prefix = key_prefix
         self.retry_after_s = retry_after_s
         self.clock = clock
-        self._local: dict[str, float] = {}  # without Redis: each day's spend
-        self._seen: dict[str, float] = {}  # with Redis: each day's total as Redis last answered it
+        self.store = ("redis", redis_url, key_prefix) if redis_client is not None else ("process",)
+        same = replaces is not None and replaces.store == self.store
+        # The ledger (shared, never rebound, with a budget this one replaces: see the module's doc).
+        self._local: dict[str, float] = replaces._local if same else {}  # without Redis: each day's spend
+        # with Redis: each day's total as Redis last answered it
+        self._seen: dict[str, float] = replaces._seen if same else {}
         # with Redis: what is still to be sent, in order -- ("charge", id, day, usd) settled while it was
         # down, ("release", id, day, 0.0) a reservation whose call failed
-        self._pending: list[tuple[str, str, str, float]] = []
-        self._lock = threading.Lock()
-        self._sync_lock = threading.Lock()  # one thread at a time sends the pending settlements
+        self._pending: list[tuple[str, str, str, float]] = replaces._pending if same else []
+        self._lock = replaces._lock if same else threading.Lock()
+        # one thread at a time sends the pending settlements
+        self._sync_lock = replaces._sync_lock if same else threading.Lock()
         self._redis_down_until = 0.0
         self._warnings = RateLimitedWarnings(logger, 60.0)
+        # this budget's own client (never shared): closed once its evaluator is released and no call runs
+        self._closed = False
+        self._calls = 0
+        self._calls_lock = threading.Lock()
         self._reserve = redis_client.register_script(_RESERVE_LUA) if redis_client is not None else None
         self._charge = redis_client.register_script(_CHARGE_LUA) if redis_client is not None else None
         self._release = redis_client.register_script(_RELEASE_LUA) if redis_client is not None else None
@@ -114,11 +140,12 @@ class DailyBudget:
             with self._lock:
                 return self._local.get(day, 0.0)
         if self._use_redis():
-            try:
-                self._sync()
-                return self._saw(day, self.redis.get(self.key(day)))
-            except Exception as exc:  # redis.RedisError, OSError: settle locally until it is back
-                self._redis_failed(exc)
+            with self._calling():
+                try:
+                    self._sync()
+                    return self._saw(day, self.redis.get(self.key(day)))
+                except Exception as exc:  # redis.RedisError, OSError: settle locally until it is back
+                    self._redis_failed(exc)
         return self._estimate(day)
 
     def reserve(self, usd: float) -> tuple[str | None, float]:
@@ -126,26 +153,27 @@ class DailyBudget:
         None when refused; the total).  Refused while a configured Redis cannot be reached."""
         day = utc_day(self.clock())
         if self.redis is None:
-            with self._lock:
+            with self._lock:  # checked and added at once: a replaced budget's jobs share this ledger
                 before = self._local.get(day, 0.0)
                 if before >= self.cap_usd or before + usd > self.cap_usd:
                     return None, before
-            return day, self.charge(usd, day)
+                return day, self._add_local(usd, day)
         if self._use_redis():
             reservation = uuid.uuid4().hex
-            try:
-                self._sync()
+            with self._calling():
                 try:
-                    ok, total = self._reserve(keys=[self.key(day), self._reservation_key(day, reservation)],
-                                              args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
-                except Exception:
-                    # Redis may have made it and lost only the reply; the job will not run, so it is released
-                    with self._lock:
-                        self._pending.append(("release", reservation, day, 0.0))
-                    raise
-                return (day if int(ok) else None), self._saw(day, total)
-            except Exception as exc:
-                self._redis_failed(exc)
+                    self._sync()
+                    try:
+                        ok, total = self._reserve(keys=[self.key(day), self._reservation_key(day, reservation)],
+                                                  args=[repr(float(usd)), repr(float(self.cap_usd)), KEY_TTL_S])
+                    except Exception:
+                        # Redis may have made it and lost only the reply; the job will not run, so it is released
+                        with self._lock:
+                            self._pending.append(("release", reservation, day, 0.0))
+                        raise
+                    return (day if int(ok) else None), self._saw(day, total)
+                except Exception as exc:
+                    self._redis_failed(exc)
         return None, self._estimate(day)
 
     def charge(self, usd: float, day: str | None = None) -> float:
@@ -155,21 +183,27 @@ class DailyBudget:
             return self.spent()
         if self.redis is None:
             with self._lock:
-                today = utc_day(self.clock())
-                for old in [d for d in self._local if d not in (day, today)]:
-                    del self._local[old]
-                self._local[day] = self._local.get(day, 0.0) + usd
-                return self._local[day]
+                return self._add_local(usd, day)
         settlement = ("charge", uuid.uuid4().hex, day, usd)
         if self._use_redis():
-            try:
-                self._sync()
-                return self._send(settlement)
-            except Exception as exc:
-                self._redis_failed(exc)
+            with self._calling():
+                try:
+                    self._sync()
+                    return self._send(settlement)
+                except Exception as exc:
+                    self._redis_failed(exc)
         with self._lock:
             self._pending.append(settlement)
         return self._estimate(day)
+
+    def _add_local(self, usd: float, day: str) -> float:
+        """Without Redis, under ``_lock``: add ``usd`` to the spend of ``day`` (days other than it
+        and today are forgotten); returns its total."""
+        today = utc_day(self.clock())
+        for old in [d for d in self._local if d not in (day, today)]:
+            del self._local[old]
+        self._local[day] = self._local.get(day, 0.0) + usd
+        return self._local[day]
 
     # -- async (the proxy's event loop) -------------------------------------------------------
     async def areserve(self, usd: float) -> tuple[str | None, float]:
@@ -178,7 +212,32 @@ class DailyBudget:
     async def acharge(self, usd: float, day: str | None = None) -> float:
         return await asyncio.to_thread(self.charge, usd, day) if self.redis is not None else self.charge(usd, day)
 
+    def close(self) -> None:
+        """No live strategy uses this budget's evaluator (a settings change replaced it): its Redis
+        connections close at once, or when the calls running on them end."""
+        if self.redis is None:
+            return
+        with self._calls_lock:
+            self._closed = True
+            if not self._calls:
+                self.redis.close()
+
     # -- Redis --------------------------------------------------------------------------------
+    @contextmanager
+    def _calling(self):
+        """Around each use of the client: on a closed budget (a replaced evaluator's job settling
+        late) the connection the use opened closes again when no other use is running, so none is
+        cut under a call and none stays open."""
+        with self._calls_lock:
+            self._calls += 1
+        try:
+            yield
+        finally:
+            with self._calls_lock:
+                self._calls -= 1
+                if self._closed and not self._calls:
+                    self.redis.close()
+
     def _reservation_key(self, day: str, reservation: str) -> str:
         return f"{self.key(day)}:reservation:{reservation}"
 
@@ -206,7 +265,8 @@ class DailyBudget:
     def _saw(self, day: str, total: Any) -> float:
         today = utc_day(self.clock())
         with self._lock:
-            self._seen = {d: v for d, v in self._seen.items() if d in (day, today)}
+            for old in [d for d in self._seen if d not in (day, today)]:
+                del self._seen[old]  # in place: the ledger may be shared
             self._seen[day] = float(total or 0.0)
             return self._seen[day]
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .settings_types import Number
+
 
 class TierRates(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rate: float = Field(0.0, ge=0.0, le=1.0, description="share of requests, on tiers not listed in `tiers`")
-    tiers: dict[str, float] = Field(default_factory=dict, description="per-tier rate overriding `rate`")
+    rate: Number = Field(0.0, ge=0.0, le=1.0, description="share of requests, on tiers not listed in `tiers`")
+    tiers: dict[str, Number] = Field(default_factory=dict, description="per-tier rate overriding `rate`")
 
     @field_validator("tiers")
     @classmethod

@@ -42,6 +42,7 @@ from ..request import METADATA_KEYS, ProteusRequest
 from ..tiers import hash_key
 from ..feedback import FeedbackDesk
 from ..shadow import SHADOW_METADATA_KEY, ShadowEvaluator, ShadowJob, job_candidates, response_text
+from ..shadow_budget import CLIENT_NAME as SHADOW_CLIENT_NAME
 from ..shadow_budget import DailyBudget
 
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
@@ -49,24 +50,28 @@ _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
 
 
-def _redis(config: ProteusConfig) -> tuple[Any, float]:
+def _redis(config: ProteusConfig, client_name: str | None = None) -> tuple[Any, float]:
     """(client or None, seconds to keep local state after a Redis failure)."""
     if config.redis is None:
         return None, 1.0
-    return redis_client(config.redis), config.redis.retry_after_s
+    return redis_client(config.redis, client_name=client_name), config.redis.retry_after_s
 
 
-def shared_shadow(config: ProteusConfig) -> ShadowEvaluator | None:
+def shared_shadow(config: ProteusConfig, replaces: ShadowEvaluator | None = None) -> ShadowEvaluator | None:
     """The shadow evaluator for ``config.shadow`` (None when it is off); its rows go beside the
-    decision log, rotated by the same limits; its daily spend is shared through Redis when configured."""
+    decision log, rotated by the same limits; its daily spend is shared through Redis when configured.
+    A new evaluator's budget goes on from the ledger of the one it ``replaces`` (the router's previous
+    strategy's) when both count in the same place (``DailyBudget``): the day's spend and what is not
+    yet sent to Redis carry over, and the replaced evaluator's running jobs settle there."""
     settings, log = config.shadow, config.decision_log
     if not settings.enabled or log is None or log.dir is None:
         return None
     key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{config.redis_url}"
     with _lock:
         if key not in _shadows:
-            client, retry = _redis(config)
-            budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry)
+            client, retry = _redis(config, SHADOW_CLIENT_NAME)  # the budget's own: closed with the evaluator
+            budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry,
+                                 redis_url=config.redis_url, replaces=replaces.budget if replaces is not None else None)
             _shadows[key] = ShadowEvaluator(settings, log.dir, log.max_bytes, log.max_files, budget)
         return _shadows[key]
 
@@ -101,8 +106,8 @@ def _forget(record: dict) -> None:
 
 
 def release_unused(live: Sequence[Any]) -> int:
-    """Close the decision-log writers and shadow evaluators none of the ``live`` strategies uses;
-    returns how many were released."""
+    """Close the decision-log writers and shadow evaluators (files, their budget's Redis client) none
+    of the ``live`` strategies uses; returns how many were released."""
     writers = {id(s.decision_log) for s in live}
     shadows = {id(s.shadow) for s in live}
     with _lock:

@@ -170,8 +170,8 @@ def state_keys(config: ProteusConfig, taus: Any) -> StateKeys:
 class ProteusRoutingStrategy(CustomRoutingStrategyBase):
     def __init__(self, router: Any, config: ProteusConfig, engine: DecisionEngine, tier_store: TierStore | None,
                  replaces: "ProteusRoutingStrategy | None" = None):
-        """``replaces``: the router's previous strategy (a settings change), whose feedback index and
-        compliance state this one goes on from where their meaning is unchanged."""
+        """``replaces``: the router's previous strategy (a settings change), whose feedback index,
+        compliance state and shadow budget this one goes on from where their meaning is unchanged."""
         self._router = weakref.ref(router)  # the router holds our bound methods: no strong cycle
         self.config = config
         self.routing_strategy_args: Any = None  # the raw args it was installed from (patch.install)
@@ -185,7 +185,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         # decision log writer and feedback desk (None without routing_strategy_args.decision_log)
         self.decision_log, self.feedback_desk = serving_log.shared_decision_log(
             config, replaces.feedback_desk if replaces is not None else None) or (None, None)
-        self.shadow = serving_log.shared_shadow(config)  # None unless shadow evaluation is on
+        # None unless shadow evaluation is on; its budget goes on from the replaced one's
+        self.shadow = serving_log.shared_shadow(config, replaces.shadow if replaces is not None else None)
         redis = config.redis
         self.compliance = shared_controller(
             config.compliance,
@@ -393,6 +394,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             infeasible=control.infeasible,
             state_key=control.state_key,
             operating_point=operating_point_label(decision.rule, decision.policy_tau, self.engine.predictor.models),
+            repriced_from=decision.repriced_from or "",
             breaker_excluded=unfiltered - len(scored),
         )
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)

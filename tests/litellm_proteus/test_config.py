@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from typing import get_args, get_origin
+import re
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import pytest
 import yaml
@@ -24,11 +26,11 @@ def test_defaults_are_valid_and_documented_fields_exist():
         ({"tiers": {"premium": 1.5}}, "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]"),
         ({"allow_raise": {"platinum": True}}, "allow_raise names unknown tiers ['platinum']"),
         ({"device": "tpu"}, "routing_strategy_args.device"),
-        ({"batching": {"max_batch": 0}}, "routing_strategy_args.batching.max_batch"),
-        ({"redis": {"timeout_ms": 0}}, "routing_strategy_args.redis.timeout_ms"),
+        ({"batching": {"max_batch": 0}}, "routing_strategy_args.batching.max_batch: Input should be greater than or equal to 1 (allowed: an integer >= 1 and <= 1024)"),
+        ({"redis": {"timeout_ms": 0}}, "routing_strategy_args.redis.timeout_ms: Input should be greater than 0 (allowed: a number > 0 and <= 10000)"),
         ({"groups": []}, "routing_strategy_args.groups"),
         ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
-        ({"tiers": {"premium": True}}, "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]; got True"),
+        ({"tiers": {"premium": True}}, "routing_strategy_args.tiers.premium: Input should be a valid number (allowed: a number)"),
         ({"tier_metadata_key": ""}, "routing_strategy_args.tier_metadata_key"),
         ({"compliance": {"enabled": "maybe"}}, "routing_strategy_args.compliance.enabled: Input should be a valid boolean (allowed: true or false)"),
         ({"exploration": {"rate": "high"}}, "routing_strategy_args.exploration.rate: Input should be a valid number, unable to parse string as a number (allowed: a number >= 0.0 and <= 1.0)"),
@@ -41,33 +43,49 @@ def test_bad_config_names_the_field(raw, fragment):
     assert fragment in str(info.value)
 
 
-def boolean_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """Every boolean in the config models, walked from the fields' types (a mapping of booleans
-    contributes its value under the key ``premium``), so a boolean added later is covered too."""
-    paths = []
+def typed_paths(model: type[BaseModel], prefix: tuple = ()) -> dict[tuple, type]:
+    """Every bool, int and float in the config models and its type, walked from the fields' types
+    (through ``X | None``, ``Annotated``, a mapping's values under the key ``premium`` and a
+    sequence's items at index 0), so a field added later is covered too."""
+    paths: dict[tuple, type] = {}
+
+    def walk(annotation: Any, path: tuple) -> None:
+        origin, args = get_origin(annotation), get_args(annotation)
+        if origin is Annotated:
+            walk(args[0], path)
+        elif annotation in (bool, int, float):
+            paths[path] = annotation
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths.update(typed_paths(annotation, path))
+        elif origin is dict:
+            walk(args[1], (*path, "premium"))
+        elif origin in (list, tuple, set, frozenset):
+            walk(args[0], (*path, 0))
+        elif origin in (Union, UnionType):
+            for option in args:
+                walk(option, path)
+
     for name, field in model.model_fields.items():
-        annotation = field.annotation
-        values = get_args(annotation)[1] if get_origin(annotation) is dict else None
-        if annotation is bool:
-            paths.append((*prefix, name))
-        elif values is bool or get_args(values)[:1] == (bool,):
-            paths.append((*prefix, name, "premium"))
-        for nested in (*get_args(annotation), annotation):
-            if isinstance(nested, type) and issubclass(nested, BaseModel):
-                paths.extend(boolean_paths(nested, (*prefix, name)))
+        walk(field.annotation, (*prefix, name))
     return paths
 
 
-BOOLEAN_PATHS = boolean_paths(ProteusConfig)
+TYPED_PATHS = typed_paths(ProteusConfig)
+BOOLEAN_PATHS = [path for path, kind in TYPED_PATHS.items() if kind is bool]
+NUMBER_PATHS = [path for path, kind in TYPED_PATHS.items() if kind in (int, float)]
 
 
-def config_with(path: tuple[str, ...], value) -> dict:
-    raw: dict = {}
-    node = raw
-    for part in path[:-1]:
-        node = node.setdefault(part, {"dir": "decision-logs"} if part == "decision_log" else {})  # a log needs a sink
-    node[path[-1]] = value
-    return raw
+def dotted(path: tuple) -> str:
+    return ".".join(map(str, path))
+
+
+def config_with(path: tuple, value) -> dict:
+    for part in reversed(path):
+        if isinstance(part, int):
+            value = [value]
+        else:  # a decision log needs a sink
+            value = {part: {"dir": "decision-logs", **value} if part == "decision_log" else value}
+    return value
 
 
 def test_the_walk_finds_the_documented_booleans():
@@ -79,23 +97,53 @@ def test_the_walk_finds_the_documented_booleans():
     } <= set(BOOLEAN_PATHS)
 
 
-@pytest.mark.parametrize("path", BOOLEAN_PATHS, ids=".".join)
+@pytest.mark.parametrize("path", BOOLEAN_PATHS, ids=dotted)
 @pytest.mark.parametrize("value", ["no", "yes", "true", "off", 1, 0, 1.0, None])
 def test_booleans_take_only_true_or_false(path, value):
     """YAML's quoted "no" or a 1 would otherwise be coerced (pydantic's lax mode) into a setting the
     operator did not write."""
     with pytest.raises(ProteusConfigError) as info:
         ProteusConfig.parse(config_with(path, value))
-    assert f"{CONFIG_PATH}.{'.'.join(path)}: Input should be a valid boolean (allowed: true or false)" in str(info.value)
+    assert f"{CONFIG_PATH}.{dotted(path)}: Input should be a valid boolean (allowed: true or false)" in str(info.value)
 
 
-@pytest.mark.parametrize("path", BOOLEAN_PATHS, ids=".".join)
+@pytest.mark.parametrize("path", BOOLEAN_PATHS, ids=dotted)
 @pytest.mark.parametrize("value", [True, False])
 def test_booleans_accept_true_and_false(path, value):
     node = ProteusConfig.parse(config_with(path, value))
     for part in path:
         node = node[part] if isinstance(node, dict) else getattr(node, part)
     assert node is value
+
+
+def test_the_walk_finds_the_documented_numbers():
+    assert {
+        ("tiers", "premium"): float, ("rule_price_limit",): float, ("exploration", "rate"): float,
+        ("exploration", "tiers", "premium"): float, ("shadow", "daily_budget_usd"): float, ("shadow", "candidates"): int,
+        ("redis", "timeout_ms"): float, ("redis", "port"): int, ("predictor_options", "threads"): int,
+        ("batching", "max_batch"): int, ("decision_log", "feedback_max_age_s"): float, ("compliance", "margin"): float,
+        ("compliance", "breaker", "threshold"): float, ("compliance", "correction", "min_labels"): int,
+    }.items() <= TYPED_PATHS.items()
+
+
+@pytest.mark.parametrize("path", NUMBER_PATHS, ids=dotted)
+@pytest.mark.parametrize("value", [True, False])
+def test_numbers_refuse_booleans(path, value):
+    """Pydantic's lax mode reads true as 1 and false as 0: ``exploration.rate: true`` would explore on
+    every request.  The error has every field's form: the field, pydantic's reason, the allowed values."""
+    number = TYPED_PATHS[path] is float
+    with pytest.raises(ProteusConfigError) as info:
+        ProteusConfig.parse(config_with(path, value))
+    reason = "Input should be a valid number (allowed: a number" if number else "Input should be a valid integer (allowed: an integer"
+    assert re.fullmatch(rf"invalid PROTEUS config: {re.escape(f'{CONFIG_PATH}.{dotted(path)}: {reason}')}[^;]*\)", str(info.value))
+
+
+def test_numbers_keep_their_other_coercions():
+    """Only booleans are refused: an integer for a number, a numeric string, a whole float for an integer."""
+    config = ProteusConfig.parse({"rule_price_limit": 4, "exploration": {"rate": "0.5"}, "tiers": {"standard": 1},
+                                  "redis": {"timeout_ms": "20", "port": "6380", "db": 2.0}, "batching": {"max_batch": 8}})
+    assert (config.rule_price_limit, config.exploration.rate, config.tiers) == (4.0, 0.5, {"standard": 1.0})
+    assert (config.redis.timeout_ms, config.redis.port, config.redis.db, config.batching.max_batch) == (20.0, 6380, 2, 8)
 
 
 def test_yaml_booleans_are_booleans_and_quoted_ones_are_refused():

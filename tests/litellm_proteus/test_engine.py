@@ -348,15 +348,22 @@ def test_price_ratio_compares_the_slots_average_request_at_live_and_training_pri
     assert lax.priced_as_trained(lax.score(deployment("b", "x", slot=SLOTS[1], prices=(3.6e-6, 0.0))))
 
 
-@pytest.mark.parametrize("value, says", [(1.0, "greater than 1"), (0.5, "greater than 1"), (-2, "greater than 1"),
-                                         ("high", "a number > 1.0, or null"), (True, "a number > 1, or null")])
+@pytest.mark.parametrize("value, says", [
+    (1.0, "Input should be greater than 1"), (0.5, "Input should be greater than 1"), (-2, "Input should be greater than 1"),
+    ("high", "Input should be a valid number, unable to parse string as a number"),
+    (True, "Input should be a valid number"),  # a YAML true would otherwise pass as 1.0
+])
 def test_rule_price_limit_must_be_a_number_above_one_or_null(value, says):
-    from litellm_proteus.config import ProteusConfigError
+    """Out of bounds or of the wrong type, the error has the form of every other field's: the field,
+    pydantic's reason, and the values allowed."""
+    from litellm_proteus.config import CONFIG_PATH, ProteusConfigError
 
     with pytest.raises(ProteusConfigError) as info:
         ProteusConfig.parse({"rule_price_limit": value})
-    assert "rule_price_limit" in str(info.value) and says in str(info.value)
+    assert str(info.value) == (f"invalid PROTEUS config: {CONFIG_PATH}.rule_price_limit: {says} "
+                               "(allowed: a number > 1, or null to turn the price check off)")
     assert ProteusConfig.parse({"rule_price_limit": None}).rule_price_limit is None
+    assert ProteusConfig.parse({"rule_price_limit": 4}).rule_price_limit == 4.0
 
 
 def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_worse_one():
@@ -403,5 +410,8 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
     for g, u in traded:
         assert g.decision.slot != gpt35 and g.cost_usd < u.cost_usd
         assert g.decision.p[g.decision.index] >= u.decision.p[u.decision.index] - 1e-12
+        assert g.decision.rule == u.decision.rule and g.decision.repriced_from == "gpt-3.5-turbo-1106"
+    assert {g.decision.repriced_from for g, u in zip(guarded, unguarded) if (g, u) not in traded} == {None}
+    assert {u.decision.repriced_from for u in unguarded} == {None}  # no limit: every pick stands
     assert [(g.decision.slot, g.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded] == [
         (u.decision.slot, u.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded]

@@ -23,3 +23,12 @@ def test_the_operating_point_is_a_header_and_survives_the_metadata_round_trip():
     assert record.headers()["x-proteus-operating-point"] == "slot:mixtral"
     assert DecisionRecord.from_dict(record.to_dict()) == record
     assert "x-proteus-operating-point" not in DecisionRecord(**FIELDS).headers()  # a record written without it
+
+
+def test_a_repriced_pick_names_the_model_it_gave_way_to_beside_its_operating_point():
+    record = DecisionRecord(**{**FIELDS, "model": "gpt-4"}, operating_point="slot:mixtral", repriced_from="mixtral")
+    headers = record.headers()
+    assert (headers["x-proteus-operating-point"], headers["x-proteus-repriced-from"], headers["x-proteus-model"]) == (
+        "slot:mixtral", "mixtral", "gpt-4")
+    assert DecisionRecord.from_dict(record.to_dict()) == record
+    assert "x-proteus-repriced-from" not in DecisionRecord(**FIELDS, operating_point="slot:mixtral").headers()

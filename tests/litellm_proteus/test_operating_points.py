@@ -11,7 +11,7 @@ import torch
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, Manifest, TauCalibration, load_artifact
 from litellm_proteus.model import INFERENCE_LAMBDA
-from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
+from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules, rule_picks
 from litellm_proteus.predictor import Candidate, ProteusPredictor, TauMapper, frontier_share
 
 
@@ -42,11 +42,13 @@ def test_a_repriced_slot_or_cluster_pick_gives_way_to_the_cheapest_candidate_pre
     # row 1: slot 2 (p 0.6) -> the cheapest with p >= 0.6: slot 1 (cost 2), not slot 3 (p 0.5)
     picked = apply_rules([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p)
     assert picked.tolist() == [2, 1]
+    picks = rule_picks([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p)
+    assert picks.choice.tolist() == [2, 1] and picks.repriced_from.tolist() == [NO_CHOICE, 2]  # row 1 gave slot 2 up
     assert apply_rules([rule, rule], p, boost, slots, costs, valid).tolist() == [2, 2]  # without prices: as trained
     embeddings, centroids = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
     ladder = OperatingPoint(kind="cluster", cluster_slots=[0, 2])  # row 0 -> slot 0 (as trained), row 1 -> slot 2
-    picked = apply_rules([ladder, ladder], p, boost, slots, costs, valid, embeddings, centroids, as_trained, p)
-    assert picked.tolist() == [0, 1]
+    picks = rule_picks([ladder, ladder], p, boost, slots, costs, valid, embeddings, centroids, as_trained, p)
+    assert picks.choice.tolist() == [0, 1] and picks.repriced_from.tolist() == [NO_CHOICE, 2]
     quality = OperatingPoint(kind="quality")  # the top buys quality at any price, as the policy's top does
     assert apply_rules([quality, quality], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p).tolist() == [2, 0]
 
@@ -150,6 +152,9 @@ def test_predictor_applies_rule_points_and_falls_back_to_the_policy(make_artifac
     for d in dearer:
         no_worse = [i for i, c in enumerate(repriced) if d.p[i] >= d.p[1] - 1e-12]
         assert d.index == min(no_worse, key=lambda i: repriced[i].cost_usd) and d.rule == "slot:1"
+        assert d.repriced_from == ("b" if d.index != 1 else None)  # what the rule picked, where it gave way
+    assert any(d.index != 1 for d in dearer)  # a pick gave way (so the check above can fail)
+    assert {d.repriced_from for d in picked} == {None}  # priced as trained: the rule's pick stands
     # without draws, the step table: tau 0.85 -> the 0.9 entry (quality) -> argmax p + b
     quality = predictor.decide_embeddings(emb, [0.85] * 4, [live] * 4)
     p_plus_b = np.array([d.p for d in quality]) + predictor.network.boost[None, :]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+import time
 
 import httpx
 import litellm
@@ -15,7 +17,7 @@ import respx
 from litellm_proteus import shadow_metrics
 from litellm_proteus.config import ProteusConfig, ProteusConfigError
 from litellm_proteus.shadow import ShadowEvaluator, ShadowJob, job_candidates
-from litellm_proteus.shadow_budget import KEY_TTL_S, DailyBudget, utc_day
+from litellm_proteus.shadow_budget import CLIENT_NAME, KEY_TTL_S, DailyBudget, utc_day
 from litellm_proteus.shadow_settings import ShadowSettings
 
 DAY = 1_800_000_000.0  # 2027-01-15 08:00 UTC
@@ -166,6 +168,107 @@ def test_settlements_pending_for_an_earlier_day_survive_a_day_change(redis_serve
     budget.spent()
     assert float(client.get(f"t:days:{day_a}")) == pytest.approx(0.06)
     assert float(client.get(f"t:days:{utc_day(clock.now)}")) == pytest.approx(0.01)
+
+
+def test_a_budget_replacing_one_in_process_memory_counts_the_days_spend_and_its_running_jobs():
+    """A settings change gives the shadow evaluator a new budget (here a lower cap): the replaced
+    one's running job stays reserved in it until that job settles through the replaced budget."""
+    clock = Clock(DAY)
+    old = DailyBudget(1.0, clock=clock)
+    day, _ = old.reserve(0.6)  # a job of the replaced evaluator, still running
+    new = DailyBudget(0.8, clock=clock, replaces=old)
+    assert new.spent() == pytest.approx(0.6)
+    assert new.reserve(0.3) == (None, pytest.approx(0.6))  # 0.9 would pass the new cap
+    old.charge(0.1 - 0.6, day)  # the job ends: it cost 0.1
+    assert new.spent() == pytest.approx(0.1) and new.reserve(0.3)[0] == day
+    clock.now = DAY + 86400
+    assert new.spent() == 0.0 and new.reserve(0.8)[0] is not None  # the next UTC day starts from 0
+
+
+def test_a_budget_replacing_one_on_the_same_redis_sends_what_it_left_unsent(tmp_path):
+    """Redis goes down with a release and a settlement of the replaced budget unsent, and a running
+    job of it settles after the change: the new budget sends all three once Redis is back."""
+    from .conftest import start_redis
+
+    server = start_redis(directory=tmp_path)  # its SAVE outlives a restart on the same port
+
+    def client():
+        return redis.Redis.from_url(server.url, decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5)
+
+    try:
+        clock = Clock(DAY)
+        old = DailyBudget(1.0, client(), "t:handover:", retry_after_s=0.0, clock=clock, redis_url=server.url)
+        day, _ = old.reserve(0.10)  # job 1
+        old.reserve(0.20)  # job 2
+        applied = old._reserve
+
+        def applied_then_timed_out(**kwargs):
+            applied(**kwargs)
+            raise redis.exceptions.TimeoutError("reply lost")
+
+        old._reserve = applied_then_timed_out
+        assert old.reserve(0.30)[0] is None  # charged in Redis, its job never runs: a release is pending
+        old._reserve = applied
+        key = f"t:handover:{day}"
+        saved = client()
+        assert float(saved.get(key)) == pytest.approx(0.60)
+        saved.save()
+        server.stop()
+        old.charge(0.05 - 0.10, day)  # job 1 settles while Redis is down
+        assert [kind for kind, *_ in old._pending] == ["release", "charge"]
+        other = DailyBudget(1.0, client(), "t:elsewhere:", retry_after_s=0.0, clock=clock, redis_url=server.url, replaces=old)
+        assert not other._pending  # another key prefix: none of it belongs there
+        new = DailyBudget(2.0, client(), "t:handover:", retry_after_s=0.0, clock=clock, redis_url=server.url, replaces=old)
+        assert new.reserve(0.01)[0] is None  # Redis is down: nothing admitted
+        old.charge(0.15 - 0.20, day)  # job 2 settles after the change, Redis still down
+        server = start_redis(server.port, directory=tmp_path)  # the saved 0.60
+        assert new.spent() == pytest.approx(0.60 - 0.30 - 0.05 - 0.05)
+        assert float(saved.get(key)) == pytest.approx(0.20) and not new._pending and not old._pending
+        assert old.spent() == pytest.approx(0.20)  # the replaced budget sends nothing twice
+    finally:
+        server.stop()
+
+
+def eventually(condition, timeout_s: float = 10.0) -> bool:
+    """``condition()`` once it holds (Redis handles a closed socket or a paused command when it gets to it)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_a_budget_closed_during_its_call_closes_the_connection_once_the_call_ends(redis_server):
+    """A settings change releases the budget of a replaced evaluator while one of its jobs settles:
+    the settlement runs to its end on the connection it started on (a cut one would be sent again
+    on a new connection), which closes then; a later settlement opens and closes one again."""
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+
+    def budget_connections() -> list[dict]:
+        return [c for c in raw.client_list() if c.get("name") == CLIENT_NAME]
+
+    def received() -> int:
+        return raw.info("stats")["total_connections_received"]
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=CLIENT_NAME, socket_timeout=30)
+    budget = DailyBudget(1.0, client, "t:closing:", redis_url=redis_server.url)
+    day, _ = budget.reserve(0.5)
+    settled: list[float] = []
+    raw.client_pause(30_000, all=False)  # write commands wait in Redis: the settlement is held mid-call
+    try:
+        settling = threading.Thread(target=lambda: settled.append(budget.charge(0.2 - 0.5, day)))
+        settling.start()
+        assert eventually(lambda: [c["flags"] for c in budget_connections()] == ["b"])  # its call is in Redis
+        opened = received()
+        budget.close()
+        assert len(budget_connections()) == 1
+    finally:
+        raw.client_unpause()
+    settling.join()
+    assert settled == [pytest.approx(0.2)] and received() == opened
+    assert eventually(lambda: not budget_connections())
+    assert budget.charge(0.1, day) == pytest.approx(0.3) and eventually(lambda: not budget_connections())
+    assert float(raw.get(f"t:closing:{day}")) == pytest.approx(0.3)
+    raw.close()
 
 
 def evaluator(tmp_path, **settings) -> ShadowEvaluator:

@@ -11,6 +11,7 @@ from importlib.metadata import version
 
 import litellm
 import pytest
+import yaml
 from litellm import Router
 
 import litellm_proteus.router_strategy as plugin
@@ -263,6 +264,30 @@ def test_predictor_options_reach_the_predictor(steerable_artifact):
                        match=r"predictor_options\.mix_operating_points: Input should be a valid boolean \(allowed: true or false\)"):
         Router(model_list=model_list(), routing_strategy="proteus",
                routing_strategy_args={"artifact": str(steerable_artifact), "predictor_options": {"mix_operating_points": "no"}})
+
+
+@pytest.mark.parametrize(("yaml_args", "problem"), [
+    ("exploration: {rate: true}", "exploration.rate: Input should be a valid number (allowed: a number >= 0.0 and <= 1.0)"),
+    ("redis: {url: 'redis://127.0.0.1:1/0', timeout_ms: true}",
+     "redis.timeout_ms: Input should be a valid number (allowed: a number > 0 and <= 10000)"),
+    ("tiers: {premium: true, standard: 0.82}", "tiers.premium: Input should be a valid number (allowed: a number)"),
+], ids=["exploration-rate", "redis-timeout", "tier-tau"])
+def test_a_yaml_boolean_for_a_number_is_refused_at_start_and_in_an_update(steerable_artifact, yaml_args, problem):
+    """Read as 1 by pydantic's lax mode, these would explore on every request, give Redis 1 ms, or a
+    tier tau 1.0: the proxy refuses them, naming the field, at start-up and in a settings change."""
+    from litellm_proteus.config import CONFIG_PATH
+
+    args = {"artifact": str(steerable_artifact)}
+    refused = {**args, **yaml.safe_load(yaml_args)}
+    with pytest.raises(patch.ProteusStartupError) as info:
+        Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=refused)
+    assert f"invalid PROTEUS config: {CONFIG_PATH}.{problem}" in str(info.value)
+    router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    serving = strategy_of(router)
+    with pytest.raises(patch.ProteusStartupError) as info:
+        router.update_settings(routing_strategy_args=refused)
+    assert f"invalid PROTEUS config: {CONFIG_PATH}.{problem}" in str(info.value)
+    assert strategy_of(router) is serving and router.routing_strategy_args == args
 
 
 def test_check_litellm_fails_loudly_when_internals_change(monkeypatch):

@@ -43,13 +43,15 @@ def test_a_single_model_rule_serves_its_slot_where_the_policy_would_not(tmp_path
         redis.stop()
 
 
-@pytest.mark.parametrize("limit, served", [(None, "served by mixtral"), (1.5, "served by gpt-4")])
+@pytest.mark.parametrize("limit, served, repriced_from", [(None, "served by mixtral", None),
+                                                           (1.5, "served by gpt-4", "mistralai/mixtral-8x7b-chat")])
 def test_a_rule_whose_model_is_priced_far_above_training_gives_way_to_a_no_dearer_no_worse_one(
-    tmp_path, steerable_artifact, limit, served
+    tmp_path, steerable_artifact, limit, served, repriced_from
 ):
     """The rule "slot 1" (Mixtral, p 0.70) at a Mixtral priced 100x its training price: past the
     limit the request goes to the cheapest candidate predicted at least as accurate, GPT-4 (p 0.92,
-    now the cheaper of the two); without a limit the rule keeps paying for Mixtral."""
+    now the cheaper of the two), and the headers say which rule's pick gave way; without a limit the
+    rule keeps paying for Mixtral."""
     if LITELLM is None:
         pytest.skip("the litellm console script is not installed")
     artifact = tmp_path / "artifact"
@@ -71,6 +73,8 @@ def test_a_rule_whose_model_is_priced_far_above_training_gives_way_to_a_no_deare
         response = proxy.chat("sk-alice", tau=0.7)
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["message"]["content"] == served
+        assert response.headers["x-proteus-operating-point"] == "slot:mistralai/mixtral-8x7b-chat"
+        assert response.headers.get("x-proteus-repriced-from") == repriced_from
         assert "live prices differ" in proxy.log() and "mistralai/mixtral-8x7b-chat" in proxy.log()
     finally:
         proxy.stop()

@@ -1,7 +1,8 @@
 """Settings changes at runtime (``Router.update_settings(routing_strategy_args=...)``, what LiteLLM's
 DB-backed config sync calls): the strategy they replace releases what only it used -- decision-log
-writers (thread, file), compliance controllers (Redis connection, gauge refreshes), tier stores --
-and the new one goes on from the old one's state where its meaning is unchanged."""
+writers (thread, file), compliance controllers (Redis connection, gauge refreshes), tier stores,
+shadow evaluators (file, their budget's Redis connection) -- and the new one goes on from the old one's state where its meaning is unchanged (the shadow
+budget's included)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import threading
 import time
 
+import httpx
 import litellm
 import pytest
 from prometheus_client import REGISTRY
@@ -20,7 +22,7 @@ from litellm_proteus.compliance import CLIENT_NAME_PREFIX
 from litellm_proteus.feedback import submit_to_strategy
 from litellm_proteus.tiers import CLIENT_NAME
 
-from .test_strategy import QUESTION, model_list, upstream  # noqa: F401  (fixture)
+from .test_strategy import QUESTION, completion_body, model_list, upstream  # noqa: F401  (fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -215,3 +217,106 @@ def test_turning_compliance_off_stops_the_old_controllers_gauge_refresh(steerabl
     compliance_metrics._trailing_export(key, old)  # as a refresh that had already started
     assert REGISTRY.get_sample_value("proteus_infeasible", {"state_key": key}) == 0.0
     assert REGISTRY.get_sample_value("proteus_delta", {"state_key": key}) == 0.0
+
+
+@pytest.mark.parametrize("with_redis", [False, True], ids=["process", "redis"])
+def test_a_shadow_settings_change_hands_the_budget_to_the_new_evaluator(steerable_artifact, tmp_path, request, with_redis):
+    """The new evaluator's budget counts the replaced one's running job until it settles, and sends
+    the release the replaced one could not (a reservation whose reply was lost)."""
+    import redis
+
+    shadow = {"rate": 0.5, "judge_model": "plain", "daily_budget_usd": 1.0, "redis_key_prefix": "t:change:"}
+    args = base_args(steerable_artifact, "shadowed", decision_log={"dir": str(tmp_path), "log_prompts": True}, shadow=shadow)
+    if with_redis:
+        args["redis"] = {"url": request.getfixturevalue("redis_server").url}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    old = router.proteus_strategy.shadow.budget
+    day, _ = old.reserve(0.6)  # a job of the evaluator the change replaces, still running
+    if with_redis:
+        applied = old._reserve
+
+        def applied_then_timed_out(**kwargs):
+            applied(**kwargs)
+            raise redis.exceptions.TimeoutError("reply lost")
+
+        old._reserve = applied_then_timed_out
+        assert old.reserve(0.3)[0] is None  # made in Redis, its job never runs: its release is pending
+        old._reserve = applied
+    changed = copy.deepcopy(args)
+    changed["shadow"]["rate"] = 0.25
+    router.update_settings(routing_strategy_args=changed)
+    new = router.proteus_strategy.shadow.budget
+    assert new is not old
+    assert new.spent() == pytest.approx(0.6)
+    assert new.reserve(0.5) == (None, pytest.approx(0.6))  # with the running job, past the cap
+    old.charge(0.1 - 0.6, day)  # the job ends after the change: it cost 0.1
+    assert new.spent() == pytest.approx(0.1) and new.reserve(0.5)[0] == day
+    if with_redis:
+        raw = redis.Redis.from_url(args["redis"]["url"], decode_responses=True)
+        assert float(raw.get(f"t:change:{day}")) == pytest.approx(0.6) and not new._pending
+
+
+def test_shadow_settings_changes_close_the_replaced_budgets_redis_connections(steerable_artifact, tmp_path, redis_server, upstream):  # noqa: F811
+    """Four settings changes, each replacing the shadow evaluator while a job of it waits on its
+    shadow call: each replaced budget's Redis connection closes, the budget replacing them (their
+    ledger shared) keeps counting, and the jobs settling afterwards through their closed budgets
+    leave no connection open; turning shadow evaluation off closes the last one."""
+    import redis
+
+    from litellm_proteus.shadow import ShadowJob, job_candidates
+    from litellm_proteus.shadow_budget import CLIENT_NAME
+
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+
+    def budget_connections() -> int:
+        return sum(c.get("name") == CLIENT_NAME for c in raw.client_list())
+
+    shadow = {"rate": 0.5, "judge_model": "plain", "daily_budget_usd": 1.0, "redis_key_prefix": "t:close:"}
+    args = base_args(steerable_artifact, "closing", decision_log={"dir": str(tmp_path), "log_prompts": True},
+                     shadow=shadow, redis={"url": redis_server.url})
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    deployments = {d["model_info"]["id"]: d for d in router.model_list}
+    # served by mixtral; the shadow call goes to GPT-4 (reserved at 0.05; it costs 5 x 10e-6 + 1 x 30e-6)
+    candidates, served = job_candidates(["mixtral", "gpt-4"], [deployments["mixtral-8x7b-chat"],
+                                        deployments["gpt-4-1106-preview"]], [0.0, 0.05], 0)
+    upstream["plain"].mock(return_value=httpx.Response(200, json=completion_body("Fine.\nSCORE: 1")))  # the judge
+
+    async def go():
+        arrived, gate = asyncio.Event(), asyncio.Event()
+
+        async def held(request: httpx.Request) -> httpx.Response:
+            arrived.set()
+            await gate.wait()
+            return httpx.Response(200, json=completion_body("late answer"))
+
+        upstream["gpt-4-1106-preview"].mock(side_effect=held)
+        served_response = await router.acompletion(model="plain", messages=QUESTION)
+        jobs = []
+        for i in range(4):
+            evaluator = router.proteus_strategy.shadow
+            evaluator.offer(ShadowJob(f"closing-{i}", "q", QUESTION, "closing", 0.9, candidates, served))
+            jobs.append(evaluator.answered(f"closing-{i}", served_response, router.acompletion, deployments.get,
+                                           lambda: router.get_model_list(model_name="plain")))
+            await arrived.wait()  # reserved in Redis, waiting on its shadow call
+            arrived.clear()
+            changed = copy.deepcopy(args)
+            changed["shadow"]["rate"] = 0.1 * (i + 1)
+            router.update_settings(routing_strategy_args=changed)
+            assert router.proteus_strategy.shadow is not evaluator
+        live = router.proteus_strategy.shadow.budget
+        assert live.spent() == pytest.approx(4 * 0.05)  # the running jobs' reservations
+        assert wait_for(lambda: budget_connections() == 1), budget_connections()  # the live budget's alone
+        gate.set()
+        rows = await asyncio.gather(*jobs)
+        assert [row["gpt-4"] for row in rows] == [1.0] * 4  # each job judged, settled and wrote its row
+        assert wait_for(lambda: budget_connections() == 1), budget_connections()
+        assert live.spent() == pytest.approx(4 * 8e-5)  # what the closed budgets settled reached the shared total
+        assert live.reserve(0.5)[0] is not None
+
+    asyncio.run(go())
+    off = copy.deepcopy(args)
+    off["shadow"]["rate"] = 0.0
+    router.update_settings(routing_strategy_args=off)
+    assert router.proteus_strategy.shadow is None
+    assert wait_for(lambda: budget_connections() == 0), budget_connections()
+    raw.close()
