@@ -148,8 +148,13 @@ class StateKeys:
         if not math.isfinite(tau):
             return False
         lo, hi = self.tau_range
-        # a key is one of this width's buckets within the range iff its clamped value buckets back to it
-        return state_key_for("", "request", min(max(tau, lo), hi), self.bucket) == state_key
+        # A key is one of this width's buckets within the range iff a clamped tau buckets to it.  The
+        # key prints the bucket's edge to 4 significant digits, which may round it below the edge:
+        # the key's own bucket and the next one up are the candidates.
+        clamped = min(max(tau, lo), hi)
+        above = min(max(tau + self.bucket, lo), hi)
+        return state_key in (state_key_for("", "request", clamped, self.bucket),
+                             state_key_for("", "request", above, self.bucket))
 
 
 @dataclass

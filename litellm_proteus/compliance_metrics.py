@@ -246,7 +246,10 @@ def _multiprocess() -> bool:
 def _retire_series(gauge: Any, label: str) -> None:
     """``gauge``'s series of ``label`` leaves what is scraped (with ``_write_lock`` held)."""
     if not _multiprocess():
-        gauge.remove(label)
+        try:
+            gauge.remove(label)
+        except KeyError:  # a series never written (NaN p): prometheus_client before 0.22 raises on it
+            pass
         return
     # Multiprocess mode: ``remove`` only forgets this process's child (with a warning); the value
     # stays in the worker's mmap file, which MultiProcessCollector reads.  For ``livemostrecent`` the
@@ -290,9 +293,9 @@ def retire_unused(live: Sequence[Writer], breakers: Collection[str], corrections
             handed = []  # states that stay, handed from a retired writer to one with compliance off
             for key, last in _written.items() if states else ():
                 if key not in gone and last is not None and last.retired:
-                    writer = next(w for w in live if w.writes(key))
-                    if writer.controller is None or not writer.controller.settings.enabled:
-                        handed.append((key, writer))
+                    writers = [w for w in live if w.writes(key)]  # a tau: key may be another router's too
+                    if not any(w.controller is not None and w.controller.settings.enabled for w in writers):
+                        handed.append((key, writers[0]))
             retired_keys = [k for k in gone if k in _written]
             for key in retired_keys:
                 del _written[key]

@@ -62,6 +62,7 @@ def explore_decision(decision: DecisionT, rate: float, slots: Sequence[int], mod
         return decision, 1.0
     d: Any = decision
     out = explore(d.p, d.index, rate, rng.random(), rng.random())
-    if out.index != d.index:
-        decision = replace(d, index=out.index, slot=slots[out.index], model=models[slots[out.index]])
+    if out.index != d.index:  # the served model is exploration's: no rule's pick gave way to it
+        moved = {"repriced_from": None} if hasattr(d, "repriced_from") else {}
+        decision = replace(d, index=out.index, slot=slots[out.index], model=models[slots[out.index]], **moved)
     return decision, out.propensity

@@ -20,7 +20,7 @@ at least the pick's: never dearer than the pick, never predicted less accurate; 
 returns the pick each such replacement gave way to (the proxy's ``x-proteus-repriced-from``).  The
 quality rule ignores price, as the policy's top does.  This module is
 numpy only: the proxy (``predictor.py``, ``rule_picks``) and offline evaluation
-(``train/routing.route_log``, ``apply_rules``: ``rule_picks``'s choice) apply rules through the same
+(``train/routing.route_log``, ``rule_picks``) apply rules through the same
 code, so they route identically.
 """
 
@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 RuleKind = Literal["policy", "slot", "quality", "cluster"]
-NO_CHOICE = -1  # apply_rules: the row routes at the policy (policy rule, or no live candidate for the rule)
+NO_CHOICE = -1  # rule_picks: the row routes at the policy (policy rule, or no live candidate for the rule)
 
 
 class OperatingPoint(BaseModel):
@@ -92,22 +92,6 @@ class RulePicks(NamedTuple):
     # per request: the candidate the rule picked where, priced past its training price, it gave way to
     # ``choice`` (another candidate); NO_CHOICE where the rule's pick stands
     repriced_from: np.ndarray
-
-
-def apply_rules(
-    rules: Sequence[OperatingPoint],
-    p: np.ndarray,
-    boost: np.ndarray,
-    slots: np.ndarray,
-    costs: np.ndarray,
-    valid: np.ndarray,
-    embeddings: np.ndarray | None = None,
-    centroids: np.ndarray | None = None,
-    priced_as_trained: np.ndarray | None = None,
-    p_shown: np.ndarray | None = None,
-) -> np.ndarray:
-    """Per request, the candidate index its rule picks, or NO_CHOICE (route at the policy): ``rule_picks``'s choice."""
-    return rule_picks(rules, p, boost, slots, costs, valid, embeddings, centroids, priced_as_trained, p_shown).choice
 
 
 def rule_picks(

@@ -13,7 +13,7 @@ import torch
 
 from litellm_proteus.artifact import Manifest
 from litellm_proteus.model import INFERENCE_LAMBDA, ProteusModel
-from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules
+from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, rule_picks
 from litellm_proteus.predictor import TauMapper
 
 
@@ -104,9 +104,9 @@ def route_at_points(
         # The operating point's rule picks among the allowed slots as the proxy's does among live ones.
         p, width = out.p.cpu().numpy(), filled.shape[1]
         slots = np.broadcast_to(np.arange(width), p.shape)
-        picked = apply_rules(
+        picked = rule_picks(
             rules[sl], p, np.broadcast_to(boost, p.shape), slots, filled[sl], allowed[sl], embeddings[sl], mapper.centroids,
-        )
+        ).choice
         choices.append(np.where(picked != NO_CHOICE, picked, out.choice.cpu().numpy()))
         mus.append(out.mu.cpu().numpy())
         ps.append(p)

@@ -217,6 +217,14 @@ def test_state_keys_hold_what_a_configuration_routes_on():
         assert key not in keys, key
 
 
+@pytest.mark.parametrize("bucket", [0.00125, 0.00333, 0.123456, 0.01])
+def test_state_keys_hold_buckets_whose_printed_edge_rounds_down(bucket):
+    # the key prints the bucket's edge to 4 significant digits (0.10625 -> "tau:0.1062"), below the edge
+    keys = StateKeys(frozenset(), bucket, (0.0, 1.0))
+    routed = {state_key_for("x", "request", i / 20000, bucket) for i in range(1, 20001)}
+    assert [key for key in routed if key not in keys] == []
+
+
 def test_settings_name_the_bad_field():
     with pytest.raises(ValidationError, match="delta_min"):
         ComplianceSettings(delta_min=0.1)  # delta < 0 is the labels' discount, never a surcharge

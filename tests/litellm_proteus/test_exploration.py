@@ -56,3 +56,23 @@ def test_strategy_config_names_unknown_exploration_tiers():
     with pytest.raises(ProteusConfigError, match=r"exploration.tiers names unknown tiers \['gold'\]; allowed: \['economy', 'premium'\]"):
         ProteusConfig.parse({"tiers": {"premium": 0.9, "economy": 0.7}, "default_tier": "economy",
                              "exploration": {"tiers": {"gold": 0.1}}})
+
+
+def test_an_explored_request_names_no_repriced_pick():
+    import random
+
+    from litellm_proteus.exploration import explore_decision
+    from litellm_proteus.predictor import Decision
+
+    picked = Decision(index=1, slot=1, model="cheap", mu=0.5, tau_requested=0.8, tau_effective=0.8, clamped=False,
+                      p=(0.9, 0.8), scores=(0.0, 0.0), repriced_from="dear")
+    moved = kept = 0
+    for seed in range(200):
+        decision, _ = explore_decision(picked, 1.0, [0, 1], ["dear", "cheap"], random.Random(seed))
+        if decision.index == 0:  # exploration served "dear": no rule's pick gave way to it
+            moved += 1
+            assert (decision.model, decision.repriced_from) == ("dear", None)
+        else:
+            kept += 1
+            assert decision.repriced_from == "dear"
+    assert moved and kept

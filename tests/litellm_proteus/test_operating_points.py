@@ -11,7 +11,7 @@ import torch
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, Manifest, TauCalibration, load_artifact
 from litellm_proteus.model import INFERENCE_LAMBDA
-from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, apply_rules, rule_picks
+from litellm_proteus.operating_points import NO_CHOICE, POLICY, OperatingPoint, rule_picks
 from litellm_proteus.predictor import Candidate, ProteusPredictor, TauMapper, frontier_share
 
 
@@ -23,12 +23,12 @@ def test_rules_pick_among_live_candidates():
     boost = np.zeros_like(p)
     valid = np.ones_like(p, dtype=bool)
     rule = OperatingPoint(kind="slot", slot=2)
-    assert apply_rules([rule, rule], p, boost, slots, costs, valid).tolist() == [2, NO_CHOICE]
+    assert rule_picks([rule, rule], p, boost, slots, costs, valid).choice.tolist() == [2, NO_CHOICE]
     # quality: argmax p + b, ties to the cheaper deployment; padding never chosen
     quality = OperatingPoint(kind="quality")
     valid[1, 2] = False
-    assert apply_rules([quality, quality], p, boost, slots, costs, valid).tolist() == [2, 0]
-    assert apply_rules([POLICY, quality], p, boost, slots, costs, valid).tolist() == [NO_CHOICE, 0]
+    assert rule_picks([quality, quality], p, boost, slots, costs, valid).choice.tolist() == [2, 0]
+    assert rule_picks([POLICY, quality], p, boost, slots, costs, valid).choice.tolist() == [NO_CHOICE, 0]
 
 
 def test_a_repriced_slot_or_cluster_pick_gives_way_to_the_cheapest_candidate_predicted_no_worse():
@@ -40,17 +40,17 @@ def test_a_repriced_slot_or_cluster_pick_gives_way_to_the_cheapest_candidate_pre
     rule = OperatingPoint(kind="slot", slot=2)
     # row 0: slot 2 (p 0.9) has no cheaper candidate at least as accurate -> kept, at its live price;
     # row 1: slot 2 (p 0.6) -> the cheapest with p >= 0.6: slot 1 (cost 2), not slot 3 (p 0.5)
-    picked = apply_rules([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p)
+    picked = rule_picks([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p).choice
     assert picked.tolist() == [2, 1]
     picks = rule_picks([rule, rule], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p)
     assert picks.choice.tolist() == [2, 1] and picks.repriced_from.tolist() == [NO_CHOICE, 2]  # row 1 gave slot 2 up
-    assert apply_rules([rule, rule], p, boost, slots, costs, valid).tolist() == [2, 2]  # without prices: as trained
+    assert rule_picks([rule, rule], p, boost, slots, costs, valid).choice.tolist() == [2, 2]  # without prices: as trained
     embeddings, centroids = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
     ladder = OperatingPoint(kind="cluster", cluster_slots=[0, 2])  # row 0 -> slot 0 (as trained), row 1 -> slot 2
     picks = rule_picks([ladder, ladder], p, boost, slots, costs, valid, embeddings, centroids, as_trained, p)
     assert picks.choice.tolist() == [0, 1] and picks.repriced_from.tolist() == [NO_CHOICE, 2]
     quality = OperatingPoint(kind="quality")  # the top buys quality at any price, as the policy's top does
-    assert apply_rules([quality, quality], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p).tolist() == [2, 0]
+    assert rule_picks([quality, quality], p, boost, slots, costs, valid, priced_as_trained=as_trained, p_shown=p).choice.tolist() == [2, 0]
 
 
 def test_cluster_rule_maps_the_nearest_centroid_to_a_slot():
@@ -59,10 +59,10 @@ def test_cluster_rule_maps_the_nearest_centroid_to_a_slot():
     rule = OperatingPoint(kind="cluster", cluster_slots=[1, 0])
     slots = np.array([[0, 1], [0, 1]])
     ones = np.ones((2, 2))
-    picked = apply_rules([rule, rule], ones, ones, slots, ones, ones.astype(bool), emb, centroids)
+    picked = rule_picks([rule, rule], ones, ones, slots, ones, ones.astype(bool), emb, centroids).choice
     assert picked.tolist() == [1, 0]
     with pytest.raises(ValueError, match="centroids"):
-        apply_rules([rule], ones[:1], ones[:1], slots[:1], ones[:1], ones[:1].astype(bool))
+        rule_picks([rule], ones[:1], ones[:1], slots[:1], ones[:1], ones[:1].astype(bool)).choice
 
 
 def test_operating_point_fields_are_validated():

@@ -20,6 +20,16 @@ from litellm_proteus.shadow import ShadowEvaluator, ShadowJob, job_candidates
 from litellm_proteus.shadow_budget import CLIENT_NAME, KEY_TTL_S, DailyBudget, utc_day
 from litellm_proteus.shadow_settings import ShadowSettings
 
+
+def reply_lost(applied):
+    """``applied`` (a budget's Redis call) with its reply lost: Redis applies it, the caller times out."""
+
+    def applied_then_timed_out(**kwargs):
+        applied(**kwargs)
+        raise redis.exceptions.TimeoutError("reply lost")
+
+    return applied_then_timed_out
+
 DAY = 1_800_000_000.0  # 2027-01-15 08:00 UTC
 ON = {"rate": 0.25, "judge_model": "judge", "daily_budget_usd": 1.0}
 
@@ -92,12 +102,7 @@ def test_a_settlement_whose_reply_was_lost_is_added_to_redis_once(redis_server):
     budget = DailyBudget(1.0, client, "t:lost:", retry_after_s=0.0, clock=Clock(DAY))
     day, _ = budget.reserve(0.10)
     applied = budget._charge
-
-    def applied_then_timed_out(**kwargs):  # Redis adds it, the reply never arrives
-        applied(**kwargs)
-        raise redis.exceptions.TimeoutError("reply lost")
-
-    budget._charge = applied_then_timed_out
+    budget._charge = reply_lost(applied)  # Redis adds it, the reply never arrives
     budget.charge(0.05, day)
     budget._charge = applied
     assert budget.spent() == pytest.approx(0.15)  # the pending settlement is sent again, added once
@@ -112,12 +117,7 @@ def test_a_reservation_whose_reply_was_lost_is_released_once(redis_server):
     day, _ = budget.reserve(0.10)  # a job that runs
     key = f"t:lostres:{day}"
     applied = budget._reserve
-
-    def applied_then_timed_out(**kwargs):
-        applied(**kwargs)
-        raise redis.exceptions.TimeoutError("reply lost")
-
-    budget._reserve = applied_then_timed_out
+    budget._reserve = reply_lost(applied)
     assert budget.reserve(0.30) == (None, pytest.approx(0.10))  # refused to its job, which never calls
     assert float(client.get(key)) == pytest.approx(0.40)  # yet charged in Redis
     [release] = budget._pending
@@ -201,12 +201,7 @@ def test_a_budget_replacing_one_on_the_same_redis_sends_what_it_left_unsent(tmp_
         day, _ = old.reserve(0.10)  # job 1
         old.reserve(0.20)  # job 2
         applied = old._reserve
-
-        def applied_then_timed_out(**kwargs):
-            applied(**kwargs)
-            raise redis.exceptions.TimeoutError("reply lost")
-
-        old._reserve = applied_then_timed_out
+        old._reserve = reply_lost(applied)
         assert old.reserve(0.30)[0] is None  # charged in Redis, its job never runs: a release is pending
         old._reserve = applied
         key = f"t:handover:{day}"

@@ -236,3 +236,30 @@ def test_several_workers_a_retired_state_leaves_the_multiprocess_scrape(steerabl
     mark_process_dead(behind.pid, str(directory))  # that worker gone: only the one that retired the state is left
     assert collected("tier:workers@0.9") == {}
     assert set(collected("tier:workers@0.8")) >= set(STATE_GAUGES) - {"proteus_realised_accuracy"}  # no labels yet
+
+
+def test_compliance_off_on_one_router_keeps_another_routers_flag_on_a_shared_tau_bucket():
+    from types import SimpleNamespace
+
+    class Controller:  # what export reads of a controller: its settings and snapshot
+        released = False
+
+        def __init__(self, enabled: bool, infeasible: bool):
+            self.settings = SimpleNamespace(enabled=enabled)
+            self.infeasible = infeasible
+
+        def snapshot(self, state_key):
+            return {"n": 60, "p_mean": 0.7, "n_labels": 0, "realised_mean": None, "delta": 0.3,
+                    "infeasible": self.infeasible}
+
+    key = "tau:0.7511"  # a bucket no other test writes
+    router_b = compliance_metrics.Writer(Controller(True, True), states={key})
+    router_a_old = compliance_metrics.Writer(Controller(True, True), states={key})
+    compliance_metrics.export(key, router_b.controller, writer=router_b)
+    compliance_metrics.export(key, router_a_old.controller, writer=router_a_old)  # router A wrote it last
+    router_a_off = compliance_metrics.Writer(Controller(False, False), states={key})
+    compliance_metrics.retire_unused([router_a_off, router_b], (), ())
+    # router B's controller still routes on the bucket and says infeasible: its flag stays until it writes again
+    assert scraped(key)["proteus_infeasible"] == 1.0
+    compliance_metrics.retire_unused([router_a_off], (), ())  # B gone too: nothing on that key is on
+    assert (scraped(key)["proteus_delta"], scraped(key)["proteus_infeasible"]) == (0.0, 0.0)

@@ -22,6 +22,7 @@ from litellm_proteus.compliance import CLIENT_NAME_PREFIX
 from litellm_proteus.feedback import submit_to_strategy
 from litellm_proteus.tiers import CLIENT_NAME
 
+from ..test_shadow import reply_lost
 from .test_strategy import QUESTION, completion_body, model_list, upstream  # noqa: F401  (fixture)
 
 
@@ -234,12 +235,7 @@ def test_a_shadow_settings_change_hands_the_budget_to_the_new_evaluator(steerabl
     day, _ = old.reserve(0.6)  # a job of the evaluator the change replaces, still running
     if with_redis:
         applied = old._reserve
-
-        def applied_then_timed_out(**kwargs):
-            applied(**kwargs)
-            raise redis.exceptions.TimeoutError("reply lost")
-
-        old._reserve = applied_then_timed_out
+        old._reserve = reply_lost(applied)
         assert old.reserve(0.3)[0] is None  # made in Redis, its job never runs: its release is pending
         old._reserve = applied
     changed = copy.deepcopy(args)
