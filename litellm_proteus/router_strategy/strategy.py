@@ -207,6 +207,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         request_kwargs: dict | None = None,
     ):
         request_kwargs = {} if request_kwargs is None else request_kwargs
+        serving_log.log_repick(request_kwargs)  # a retry or a fallback: the failed PROTEUS picks get their outcomes
         router = self.router
         span = get_parent_otel_span_from_kwargs(request_kwargs)
         managed = self.manages(model)
