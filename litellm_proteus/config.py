@@ -162,7 +162,8 @@ class DecisionLogSettings(BaseModel):
     )
     redis_stream_maxlen: Integer = Field(1_000_000, ge=1, description="approximate length cap of the stream (MAXLEN ~)")
     redis_index: StrictBool = Field(
-        True, description="keep each decision in Redis for feedback_max_age_s, so any worker can accept its feedback"
+        True, description="keep each decision (and its call's latest outcome) in Redis for feedback_max_age_s, so any "
+        "worker can accept or refuse its feedback"
     )
     redis_key_prefix: str = "proteus:decision:"
     index_size: Integer = Field(100_000, ge=1, description="decisions kept in memory per process for feedback lookups")

@@ -7,14 +7,17 @@ are written whole or not at all; no line is longer than ``max_bytes`` (a bigger 
 of its prompt / response text, marked ``prompt_truncated`` / ``response_truncated``).  Every record
 that does not reach the file (a full queue, a failed write such as a full disk, a record too large
 even without its text) is counted (``proteus_decision_log_dropped_total``) and logged.  With Redis
-configured, the writer also keeps each decision under ``<redis_key_prefix><call_id>`` for
-``feedback_max_age_s``, so a worker that did not route a request can still accept its feedback; a
+configured, the writer also keeps each decision under ``<redis_key_prefix><call_id>`` (and the call's
+latest outcome under ``<redis_key_prefix><call_id>:outcome``) for ``feedback_max_age_s``, so a worker
+that did not route a request can still accept (or refuse) its feedback; a
 failed file write does not keep a record from Redis.  Redis trouble never reaches the files: after a
 failed Redis write the writer skips Redis for ``redis.retry_after_s`` and counts what it skipped.
 
-Records (schema 1; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
-``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Readers skip lines that do not
-parse (a process killed mid-write leaves at most its last line half-written).
+Records (schema 2; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
+``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Schema 2 adds ``deployment_id``
+to outcomes (the deployment whose attempt the outcome is); readers take schema 1 and 2 records
+(``READ_SCHEMAS``) and skip lines that do not parse (a process killed mid-write leaves at most its
+last line half-written).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from .config import DecisionLogSettings, RedisSettings
 from .observability import RateLimitedWarnings
 
 logger = logging.getLogger("litellm_proteus.decision_log")
-SCHEMA = 1
+SCHEMA = 2  # what is written
+READ_SCHEMAS = (1, 2)  # what is read: schema 1 is schema 2 without an outcome's deployment_id
 FILE_PREFIX = "decisions-"
 FILE_SUFFIX = ".jsonl"
 RECORD_TYPES = ("decision", "outcome", "feedback")
@@ -112,6 +116,7 @@ def decision_record(
 def outcome_record(
     *,
     call_id: str,
+    deployment_id: str | None,
     success: bool,
     response_cost: float | None,
     latency_ms: float | None,
@@ -124,6 +129,7 @@ def outcome_record(
         "type": "outcome",
         "call_id": call_id,
         "ts": time.time() if ts is None else ts,
+        "deployment_id": deployment_id,
         "success": success,
         "response_cost": response_cost,
         "latency_ms": latency_ms,
@@ -148,6 +154,28 @@ def feedback_record(call_id: str, score: float, source: str, ts: float | None = 
 def chosen_p(decision: Mapping[str, Any]) -> float:
     """The calibrated p of the chosen candidate of a decision record."""
     return float(decision["candidates"][decision["chosen"]]["p"])
+
+
+def chosen_deployment_id(decision: Mapping[str, Any]) -> str | None:
+    """The deployment id of a decision record's chosen candidate (None when the record has none)."""
+    try:
+        value = decision["candidates"][int(decision["chosen"])].get("deployment_id")
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+    return None if value is None else str(value)
+
+
+def outcome_of(decision: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
+    """Whether ``outcome`` (a record of the decision's call) is the outcome of ``decision``'s pick.
+
+    An outcome that names its deployment (schema 2) is the pick's when the decision chose that
+    deployment and the outcome is not older than the decision: a retried call has a failure outcome
+    per failed attempt, and a fallback group's answer is no outcome of any pick.  One that names none
+    (schema 1, or an unknown deployment) is taken for the call's decision, as schema 1 readers did."""
+    deployment = outcome.get("deployment_id")
+    if deployment is None:
+        return True
+    return str(deployment) == chosen_deployment_id(decision) and float(outcome["ts"]) >= float(decision["ts"])
 
 
 def uncorrected_p(candidate: Mapping[str, Any]) -> float:
@@ -558,8 +586,10 @@ class DecisionLogWriter:
         settings = self.settings
         stream = [line.rstrip("\n") for _, line in records] if settings.redis_stream else []
         if settings.redis_index:
-            self._index_backlog.extend((settings.redis_key_prefix + record["call_id"], line.rstrip("\n"))
-                                       for record, line in records if record["type"] == "decision")
+            self._index_backlog.extend(
+                (index_key(settings.redis_key_prefix, record),
+                 line.rstrip("\n") if record["type"] == "decision" else json.dumps(outcome_summary(record), separators=(",", ":")))
+                for record, line in records if record["type"] in ("decision", "outcome"))
         overflow = len(self._index_backlog) - settings.queue_size  # bounded like the queue: the oldest go
         for _ in range(max(0, overflow)):
             self._index_backlog.popleft()
@@ -586,6 +616,20 @@ class DecisionLogWriter:
             return
         for _ in index:
             self._index_backlog.popleft()
+
+
+OUTCOME_INDEX_SUFFIX = ":outcome"
+
+
+def outcome_summary(outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """What the feedback checks keep of an outcome (in memory and in the Redis index): no response text."""
+    return {k: outcome.get(k) for k in ("schema", "type", "call_id", "ts", "deployment_id", "success", "error")}
+
+
+def index_key(prefix: str, record: Mapping[str, Any]) -> str:
+    """Where the Redis index keeps a decision (``<prefix><call_id>``) or its call's latest outcome
+    (``<prefix><call_id>:outcome``)."""
+    return prefix + record["call_id"] + (OUTCOME_INDEX_SUFFIX if record["type"] == "outcome" else "")
 
 
 WRITE_TIMEOUT_S = 2.0  # the writer thread's Redis calls: off the request path, so a busy host is no outage
@@ -621,8 +665,8 @@ def _file_order(path: Path) -> tuple:
 
 
 def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
-    """Every well-formed record of every file, file by file; lines that do not parse as a schema-1
-    record (a half-written last line) are skipped."""
+    """Every well-formed record of every file, file by file; lines that do not parse as a record of a
+    schema in ``READ_SCHEMAS`` (a half-written last line) are skipped."""
     for path in log_files(directory):
         with open(path, encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -630,7 +674,7 @@ def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
                     record = json.loads(line)
                 except ValueError:
                     continue
-                if isinstance(record, dict) and record.get("schema") == SCHEMA and record.get("type") in RECORD_TYPES:
+                if isinstance(record, dict) and record.get("schema") in READ_SCHEMAS and record.get("type") in RECORD_TYPES:
                     yield record
 
 
@@ -652,19 +696,41 @@ class LoggedDecision:
     def call_id(self) -> str:
         return self.decision["call_id"]
 
+    @property
+    def label(self) -> float | None:
+        """The feedback score as a label of the pick: None when the pick's outcome is a failure (the
+        answer came from a fallback group, or nothing answered: the score is not the pick's)."""
+        return None if self.outcome is not None and self.outcome.get("success") is False else self.feedback
+
+
+def latest_outcome(decision: Mapping[str, Any], outcomes: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The latest (``supersedes``) of a call's ``outcomes`` (in the order read) that is the outcome
+    of ``decision``'s pick (``outcome_of``); None when none is."""
+    latest = None
+    for outcome in outcomes:
+        if outcome_of(decision, outcome) and supersedes(outcome, latest):
+            latest = outcome
+    return latest
+
 
 def join_log(directory: str | Path) -> list[LoggedDecision]:
-    """Each call's latest decision (a retry decides again) with its latest outcome and feedback, in
-    decision time order.  Outcomes and feedback without a decision are left out."""
+    """Each call's latest decision (a retry decides again) with the latest outcome of its pick
+    (``latest_outcome``: a pick that failed keeps its failure when a fallback group answered after
+    it) and the latest feedback, in decision time order.  Outcomes and feedback without a decision
+    are left out."""
     decisions: dict[str, dict[str, Any]] = {}
-    outcomes: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, list[dict[str, Any]]] = {}
     feedback: dict[str, dict[str, Any]] = {}
     for record in iter_records(directory):
-        table = {"decision": decisions, "outcome": outcomes, "feedback": feedback}[record["type"]]
-        if supersedes(record, table.get(record["call_id"])):
-            table[record["call_id"]] = record
+        call_id = record["call_id"]
+        if record["type"] == "outcome":
+            outcomes.setdefault(call_id, []).append(record)
+            continue
+        table = decisions if record["type"] == "decision" else feedback
+        if supersedes(record, table.get(call_id)):
+            table[call_id] = record
     joined = [
-        LoggedDecision(d, outcomes.get(call_id), feedback[call_id]["score"] if call_id in feedback else None)
+        LoggedDecision(d, latest_outcome(d, outcomes.get(call_id, [])), feedback[call_id]["score"] if call_id in feedback else None)
         for call_id, d in decisions.items()
     ]
     return sorted(joined, key=lambda row: float(row.decision["ts"]))

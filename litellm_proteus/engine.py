@@ -14,8 +14,9 @@ Plain Python (no proxy, no event loop), so each rule is unit-testable:
   ``prompt_tokens: chars`` (default) estimates ceil(characters / 4) of the routing text, as
   training estimated logged prompts; ``litellm`` counts with ``litellm.token_counter``
   (``token_count.py``).  The predictor normalises c_i like training did.
-- retries: deployments that already failed the request (``ProteusRequest.failed_ids``) are never
-  re-picked; if that leaves nothing, only the one that failed last is excluded.
+- retries: deployments that already failed the request (``ProteusRequest.failed_ids``) are left
+  out; if that leaves nothing, only the one that failed last is; if that one is the only candidate,
+  it is tried again (as LiteLLM's own strategies retry a group's only deployment).
 
 Its inputs are typed values (``request.ProteusRequest``, ``TierChoice``, deployments): reading the
 raw request is ``request.py``'s job.
@@ -86,14 +87,16 @@ def deployment_slot(deployment: Mapping[str, Any], slots: Sequence[str]) -> int:
 
 
 def exclude_failed(deployments: Sequence[Mapping[str, Any]], failed_ids: Sequence[str]) -> list[Mapping[str, Any]]:
-    """Drop every deployment that already failed this request; if none would remain, drop only
-    the one that failed last (a retry must never re-pick the deployment that just failed)."""
+    """Drop every deployment that already failed this request; if none would remain, drop only the
+    one that failed last; if that one is the only deployment, keep it: a retry with no other
+    candidate tries it again, as LiteLLM's own strategies do (an empty pool would answer a 429 about
+    cooldowns that do not exist)."""
     if not failed_ids:
         return list(deployments)
     remaining = [d for d in deployments if deployment_id(d) not in failed_ids]
     if remaining:
         return remaining
-    return [d for d in deployments if deployment_id(d) != failed_ids[-1]]
+    return [d for d in deployments if deployment_id(d) != failed_ids[-1]] or list(deployments)
 
 
 # -- prices against training -----------------------------------------------------------------------

@@ -9,15 +9,18 @@ Three ways in, one set of rules (``FeedbackDesk.accept``):
 
 A score that is not a number in [0, 1], a body with a field other than ``call_id``, ``score`` and
 ``source``, a source longer than 64 characters (400), an unknown call id (404), a second score for the
-same call (409) and a score for a decision older than ``decision_log.feedback_max_age_s`` (410) are
-refused with ``FeedbackError`` and change nothing.  Accepted feedback is appended to the decision
-log and handed to the strategy's ``on_feedback(decision_record, score)``.
+same call (409), a score for a call whose PROTEUS pick failed (409: the answer, if any, came from a
+fallback group, and the score would be charged to a deployment that did not answer) and a score for
+a decision older than ``decision_log.feedback_max_age_s`` (410) are refused with ``FeedbackError``
+and change nothing.  Accepted feedback is appended to the decision log and handed to the strategy's
+``on_feedback(decision_record, score)``.
 
 Where a decision is found: this process's bounded in-memory index (``decision_log.index_size``
-decisions), then, with ``routing_strategy_args.redis``, the key the decision-log writer stores it
-under (``<redis_key_prefix><call_id>``, kept ``feedback_max_age_s``), so any worker of any proxy
-instance can accept it.  Duplicates are refused across processes with one atomic ``SET NX`` per call
-id; without Redis, per process.
+decisions, and each call's latest outcome), then, with ``routing_strategy_args.redis``, the keys the
+decision-log writer stores them under (``<redis_key_prefix><call_id>``, and the outcome, without its
+response text, under ``<redis_key_prefix><call_id>:outcome``, both kept ``feedback_max_age_s``), so
+any worker of any proxy instance can accept (or refuse) it.  Duplicates are refused across processes
+with one atomic ``SET NX`` per call id; without Redis, per process.
 """
 
 from __future__ import annotations
@@ -32,7 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from .config import DecisionLogSettings
-from .decision_log import feedback_record, iter_records, log_file_name
+from .decision_log import (
+    OUTCOME_INDEX_SUFFIX,
+    chosen_deployment_id,
+    outcome_summary,
+    feedback_record,
+    iter_records,
+    latest_outcome,
+    log_file_name,
+    outcome_of,
+)
 from .request import short_repr
 
 FEEDBACK_ROUTE = "/proteus/feedback"
@@ -114,6 +126,7 @@ class FeedbackDesk:
         self.append = append
         self.redis = redis
         self._decisions: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()  # each call's latest outcome
         self._scored: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -124,19 +137,29 @@ class FeedbackDesk:
             while len(self._decisions) > self.settings.index_size:
                 self._decisions.popitem(last=False)
 
+    def settle(self, outcome: dict[str, Any]) -> None:
+        """Remember ``outcome`` (its summary) as its call's latest: a score for a call whose pick failed
+        is refused."""
+        with self._lock:
+            self._outcomes[outcome["call_id"]] = outcome_summary(outcome)
+            self._outcomes.move_to_end(outcome["call_id"])
+            while len(self._outcomes) > self.settings.index_size:
+                self._outcomes.popitem(last=False)
+
     def adopt(self, other: "FeedbackDesk") -> None:
-        """Take over ``other``'s remembered decisions and scored call ids (the desk of an earlier
-        decision-log configuration), newest kept within ``index_size``; this desk's own stay newer."""
+        """Take over ``other``'s remembered decisions, outcomes and scored call ids (the desk of an
+        earlier decision-log configuration), newest kept within ``index_size``; this desk's own stay newer."""
         with other._lock:
-            decisions, scored = list(other._decisions.items()), list(other._scored)
+            decisions, outcomes, scored = list(other._decisions.items()), list(other._outcomes.items()), list(other._scored)
         with self._lock:
             mine, self._decisions = self._decisions, OrderedDict(decisions)
             self._decisions.update(mine)
+            my_outcomes, self._outcomes = self._outcomes, OrderedDict(outcomes)
+            self._outcomes.update(my_outcomes)
             self._scored = OrderedDict.fromkeys([*scored, *self._scored])
-            while len(self._decisions) > self.settings.index_size:
-                self._decisions.popitem(last=False)
-            while len(self._scored) > self.settings.index_size:
-                self._scored.popitem(last=False)
+            for table in (self._decisions, self._outcomes, self._scored):
+                while len(table) > self.settings.index_size:
+                    table.popitem(last=False)
 
     def forget(self, decision: dict[str, Any]) -> None:
         """Forget ``decision`` (this very record: a retry's later decision under the same call id
@@ -146,20 +169,25 @@ class FeedbackDesk:
                 del self._decisions[decision["call_id"]]
 
     def lookup(self, call_id: str) -> dict[str, Any] | None:
+        return self.find(call_id)[0]
+
+    def find(self, call_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(the call's decision, its latest outcome): from memory, else from the Redis index."""
         with self._lock:
-            decision = self._decisions.get(call_id)
+            decision, outcome = self._decisions.get(call_id), self._outcomes.get(call_id)
         if decision is not None or self.redis is None or not self.settings.redis_index:
-            return decision
+            return decision, outcome
+        key = self.settings.redis_key_prefix + call_id
         try:
-            line = self.redis.get(self.settings.redis_key_prefix + call_id)
+            line, outcome_line = self.redis.mget([key, key + OUTCOME_INDEX_SUFFIX])
         except Exception as exc:  # Redis down: only this process's decisions can be found
             raise FeedbackError(f"decision index unavailable (Redis: {exc}); retry later", 503) from exc
-        return json.loads(line) if line else None
+        return (json.loads(line) if line else None), (json.loads(outcome_line) if outcome_line else outcome)
 
     def accept(self, call_id: Any, score: Any, source: Any = "api", now: float | None = None) -> dict[str, Any]:
         """Validate, record and return the decision the score is for; FeedbackError otherwise."""
         score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
-        decision = self.lookup(call_id)
+        decision, outcome = self.find(call_id)
         if decision is None:
             raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it (or older than the index keeps)", 404, "call_id")
         now = time.time() if now is None else now
@@ -171,6 +199,8 @@ class FeedbackDesk:
                 410,
                 "call_id",
             )
+        if outcome is not None and outcome_of(decision, outcome):
+            refuse_unanswered(call_id, decision, outcome)
         self._claim(call_id)
         if not self.append(feedback_record(call_id, score, source, ts=now)):
             self._release(call_id)
@@ -207,6 +237,22 @@ class FeedbackDesk:
         return f"{self.settings.redis_key_prefix}{call_id}:feedback"
 
 
+def refuse_unanswered(call_id: str, decision: dict[str, Any], outcome: dict[str, Any]) -> None:
+    """FeedbackError (409) when ``outcome``, the outcome of ``decision``'s pick, is a failure: the
+    deployment PROTEUS picked did not answer (a fallback group did, or nothing did), so a score would
+    be charged to it (compliance controller, quality breaker, deployment correction, training) for
+    an answer it did not give."""
+    if outcome.get("success") is not False:
+        return
+    raise FeedbackError(
+        f"call_id {call_id!r} was not answered by the deployment PROTEUS picked ({chosen_deployment_id(decision)}: "
+        f"{outcome.get('error') or 'its attempt failed'}); the answer, if any, came from a fallback group, so a score "
+        "for it is not taken",
+        409,
+        "call_id",
+    )
+
+
 def submit_to_strategy(strategy: Any, call_id: Any, score: Any, source: Any) -> dict[str, Any]:
     """Accept feedback in the proxy process and hand it to the strategy's ``on_feedback``."""
     desk = getattr(strategy, "feedback_desk", None)
@@ -222,15 +268,21 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
     into a file of its own there (the proxy's controller does not see it: use ``url`` for that)."""
     score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
     decision = None
+    outcomes = []
     for record in iter_records(directory):
         if record["call_id"] != call_id:
             continue
         if record["type"] == "decision":
             decision = record
+        elif record["type"] == "outcome":
+            outcomes.append(record)
         elif record["type"] == "feedback":
             raise FeedbackError(f"call_id {call_id!r} already has feedback in {directory}", 409, "call_id")
     if decision is None:
         raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it in {directory}", 404, "call_id")
+    outcome = latest_outcome(decision, outcomes)
+    if outcome is not None:
+        refuse_unanswered(call_id, decision, dict(outcome))
     now = time.time()
     if max_age_s is not None and now - float(decision["ts"]) > max_age_s:
         raise FeedbackError(f"feedback for {call_id!r} is late: its decision is older than {max_age_s:g}s", 410, "call_id")

@@ -144,9 +144,14 @@ def check_shape(messages: Any = None, input: Any = None, empty_messages: bool = 
     """``messages`` is a list (or absent), ``input`` a string or a list (or absent).  ``empty_messages``
     False: a client's body with ``messages: []`` is refused too (nothing to route on, and providers
     refuse it); the router itself may be handed an empty list by LiteLLM's other endpoints."""
-    if messages is not None and (not isinstance(messages, (list, tuple)) or (not empty_messages and not messages)):
+    if messages is not None and not isinstance(messages, (list, tuple)):
         raise RequestShapeError(
             "messages", f"messages must be a JSON array of messages, e.g. [{{\"role\": \"user\", \"content\": \"hi\"}}]; got {short_repr(messages)}"
+        )
+    if messages is not None and not empty_messages and not messages:
+        raise RequestShapeError(
+            "messages", "messages must be a non-empty JSON array of messages, e.g. [{\"role\": \"user\", \"content\": \"hi\"}]; "
+            "got an empty array"
         )
     if input is not None and not isinstance(input, (str, list, tuple)):
         raise RequestShapeError("input", f"input must be a string or a JSON array; got {short_repr(input)}")

@@ -323,6 +323,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action in ("set", "get", "delete") and not args.key.strip():
+        # it would name the Redis key "<key_prefix>" itself, which no API key hashes to
+        print(f"error: the API key is empty ({args.key!r}); pass a raw key (sk-...) or its LiteLLM hash", file=sys.stderr)
+        return 2
     tiers: dict[str, float] = dict(DEFAULT_TIERS)
     settings = RedisSettings()
     if args.config:

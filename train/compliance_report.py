@@ -2,7 +2,8 @@
 
 Per tier of the decision log (``litellm_proteus/decision_log.py``): requests, predicted accuracy
 (mean calibrated p of the chosen deployments), realised accuracy over the labelled requests (mean
-feedback score) with a 95 % Wilson interval, cost per 1K requests (LiteLLM's ``response_cost`` where
+feedback score; ``LoggedDecision.label``: a score for a call whose pick failed, answered by a
+fallback group, is not the pick's and is left out) with a 95 % Wilson interval, cost per 1K requests (LiteLLM's ``response_cost`` where
 an outcome has one, else the routing estimate) and the controller's δ over time (mean per quarter
 of the tier's requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
 the predicted and the realised accuracy over trailing windows of ``--window`` requests.
@@ -67,7 +68,7 @@ def target_tau(row: LoggedDecision) -> float:
 
 
 def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:
-    scores = [row.feedback for row in rows if row.feedback is not None]
+    scores = [row.label for row in rows if row.label is not None]
     n = len(rows)
     segments = [rows[i * n // DELTA_SEGMENTS : (i + 1) * n // DELTA_SEGMENTS] for i in range(DELTA_SEGMENTS)]
     return TierCompliance(
@@ -104,7 +105,7 @@ def deployment_feedback(rows: list[LoggedDecision]) -> list[DeploymentFeedback]:
     report = []
     for deployment, picks in served.items():
         chosen = [r.decision["candidates"][r.decision["chosen"]] for r in picks]
-        labelled = [(c, r.feedback) for c, r in zip(chosen, picks) if r.feedback is not None]
+        labelled = [(c, r.label) for c, r in zip(chosen, picks) if r.label is not None]
         predicted = realised = None
         if labelled:
             predicted = sum(uncorrected_p(c) for c, _ in labelled) / len(labelled)
@@ -180,7 +181,7 @@ def plot(tiers: dict[str, list[LoggedDecision]], window: int, path: Path) -> Pat
         x = range(1, len(rows) + 1)
         ax.plot(x, [target_tau(r) for r in rows], label="τ", color="black", linestyle="--")
         ax.plot(x, trailing_mean([chosen_p(r.decision) for r in rows], window), label="predicted")
-        ax.plot(x, trailing_mean([r.feedback for r in rows], window), label="realised (labels)")
+        ax.plot(x, trailing_mean([r.label for r in rows], window), label="realised (labels)")
         ax.set_title(f"tier {tier}")
         ax.set_xlabel("request (time order)")
         ax.set_ylabel(f"accuracy, trailing {window}")

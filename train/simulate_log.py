@@ -8,7 +8,7 @@ outcome exists, and it is revealed as feedback for ``--label-share`` of the requ
 seconds (uniform 0..delay) after the decision.  On ``--shadow-share`` of the requests every model's
 recorded outcome is revealed as a shadow row (what the proxy's shadow evaluation writes,
 ``litellm_proteus.shadow_rows``).  Tiers: the proxy config's (``--config``) or ``--tiers NAME=TAU ...``.
-Output: decision-log JSONL in schema 1 (``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per
+Output: decision-log JSONL in the proxy's schema (``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per
 file) and shadow rows (``shadow-<UTC>-<pid>-<n>.jsonl``), the files ``proteus train --data DIR`` reads.
 ``--out`` must be empty or new: call ids repeat from run to run (``sim-<seed>-<n>``), so two simulations
 in one folder would be read as one log with each call's records mixed.  ``--force`` deletes the
@@ -181,7 +181,7 @@ def simulate(args: argparse.Namespace) -> dict:
             log_prompt=True, ts=ts,
         )))
         records.append((ts + 0.5, outcome_record(
-            call_id=call_id, success=True, response_cost=float(costs[i, step.index]), latency_ms=500.0, error=None, ts=ts + 0.5,
+            call_id=call_id, deployment_id=f"sim-{step.index}", success=True, response_cost=float(costs[i, step.index]), latency_ms=500.0, error=None, ts=ts + 0.5,
         )))
         score = data.scores[i, step.index]
         if rng.random() < args.label_share and np.isfinite(score):

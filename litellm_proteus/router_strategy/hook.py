@@ -11,8 +11,12 @@ it:
   group's, or a fallback's;
 - drops a client-sent ``metadata.proteus`` (only the router may write the decision there) on every
   request, and client-sent retry breadcrumbs (``previous_models``) on those PROTEUS may route;
-- adds the decision headers to the response (``async_post_call_response_headers_hook``);
-- writes the outcome of each call PROTEUS routed to the decision log (success/failure events).
+- adds the decision headers to the response (``async_post_call_response_headers_hook``); when
+  another deployment than PROTEUS's pick answered (a fallback group, after the pick failed), only
+  ``x-proteus-fallback: <the group that answered>``: the decision headers describe a pick that did
+  not answer;
+- writes the outcome of each PROTEUS pick to the decision log (success/failure events, and the
+  request's end in an error for a pick LiteLLM ran no failure event for: ``serving_log``).
 
 Its import also adds ``POST /proteus/feedback`` to the proxy (``feedback_route.py``).
 
@@ -30,7 +34,7 @@ from ..request import METADATA_KEYS, RequestShapeError, TauError, check_shape, r
 from ..observability import DecisionRecord
 from .feedback_route import register_feedback_route
 from .patch import active_strategy
-from .serving_log import log_outcome
+from .serving_log import _deployment, log_outcome, log_request_failed
 from .strategy import DECISION_METADATA_KEY
 
 
@@ -96,13 +100,56 @@ class ProteusHook(CustomLogger):
         litellm_call_info: dict[str, object] | None = None,
     ) -> dict[str, str] | None:
         record = decision_from_request(data) if isinstance(data, dict) else None
-        return record.headers() if record is not None else None
+        if record is None:
+            return None
+        answered = answering_model_id(response, litellm_call_info)
+        if answered is not None and record.deployment_id and answered != record.deployment_id:
+            return {FALLBACK_HEADER: answering_group(data, answered)}
+        return record.headers()
+
+    async def async_post_call_failure_hook(
+        self,
+        request_data: dict,
+        original_exception: Exception,
+        user_api_key_dict: Any,
+        traceback_str: str | None = None,
+    ) -> None:
+        log_request_failed(request_data, original_exception)
+        return None
 
     async def async_log_success_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
         log_outcome(active_strategy(), kwargs, response_obj, start_time, end_time, success=True)
 
     async def async_log_failure_event(self, kwargs: Any, response_obj: Any, start_time: Any, end_time: Any) -> None:
         log_outcome(active_strategy(), kwargs, response_obj, start_time, end_time, success=False)
+
+
+FALLBACK_HEADER = "x-proteus-fallback"
+
+
+def answering_model_id(response: object, litellm_call_info: dict | None) -> str | None:
+    """The deployment that produced ``response`` (LiteLLM's ``_hidden_params.model_id``), if known."""
+    model_id = (litellm_call_info or {}).get("model_id") if isinstance(litellm_call_info, dict) else None
+    if model_id is None:
+        hidden = getattr(response, "_hidden_params", None)
+        model_id = hidden.get("model_id") if isinstance(hidden, dict) else None
+    return str(model_id) if model_id not in (None, "") else None
+
+
+def answering_group(data: dict, model_id: str) -> str:
+    """The model group of the deployment that answered (the fallback group), else its id."""
+    strategy = active_strategy()
+    try:
+        deployment = _deployment(strategy, model_id) if strategy is not None else None
+    except RuntimeError:  # its router is gone
+        deployment = None
+    if deployment is not None and deployment.get("model_name"):
+        return str(deployment["model_name"])
+    for key in METADATA_KEYS:
+        metadata = data.get(key)
+        if isinstance(metadata, dict) and isinstance(metadata.get("model_group"), str):
+            return metadata["model_group"]
+    return model_id
 
 
 proteus_hook = ProteusHook()

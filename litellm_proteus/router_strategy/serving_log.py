@@ -3,10 +3,14 @@
 - ``log_routed``: after a PROTEUS pick, the ``decision`` record (queued; the in-memory feedback
   index learns it at once and forgets it when the queue or the writer drops it, the compliance
   gauges at once);
-- ``log_outcome``: from LiteLLM's success/failure callbacks, the ``outcome`` record of a call
-  PROTEUS routed (``response_cost``, latency, error);
+- the ``outcome`` record of each PROTEUS pick (``response_cost``, latency, error, the deployment),
+  attributed by the attempt ledger (``litellm_proteus/attempts.py``): ``log_outcome`` from LiteLLM's
+  success/failure callbacks, ``log_repick`` when the router picks again for a call (a retry or a
+  fallback: the picks LiteLLM's retry breadcrumbs name failed), ``log_request_failed`` from the proxy's post-call failure hook;
+  an answer from a deployment PROTEUS did not pick (a fallback group's) is no pick's outcome;
 - shadow evaluation (``litellm_proteus/shadow.py``): ``log_routed`` samples the request and
-  remembers its candidates, ``log_outcome`` starts the shadow job once the response is complete.
+  remembers its candidates, ``log_outcome`` starts the shadow job once the pick's response is
+  complete (a failed pick's job is dropped).
 
 One writer (thread, files, Redis) per process and decision-log configuration, shared by the
 strategies of rebuilt routers, as the predictors and batchers are.  A settings change that gives
@@ -26,6 +30,7 @@ import uuid
 from typing import Any, Sequence
 
 from .. import compliance_metrics
+from ..attempts import Attempt, AttemptLedger, answering_deployment_id, breadcrumb_error, error_text, metadatas_of
 from ..config import ProteusConfig
 from ..decision_log import (
     WRITE_TIMEOUT_S,
@@ -38,7 +43,7 @@ from ..decision_log import (
 from ..compliance import Control
 from ..costs import deployment_id
 from ..engine import Routed, ScoredDeployment, TauResolution
-from ..request import METADATA_KEYS, ProteusRequest
+from ..request import METADATA_KEYS, ProteusRequest, failed_deployment_ids
 from ..tiers import hash_key
 from ..feedback import FeedbackDesk
 from ..shadow import SHADOW_METADATA_KEY, ShadowEvaluator, ShadowJob, job_candidates, response_text
@@ -46,6 +51,7 @@ from ..shadow_budget import CLIENT_NAME as SHADOW_CLIENT_NAME
 from ..shadow_budget import DailyBudget
 
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
+attempts = AttemptLedger()  # the open PROTEUS pick of each call of this process
 _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
 
@@ -179,6 +185,7 @@ def log_routed(
     strategy.feedback_desk.remember(record)
     if not strategy.decision_log.submit(record):
         strategy.feedback_desk.forget(record)
+    attempts.open(record["call_id"], Attempt(deployment_id(scored[decision.index].deployment), strategy))
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):
@@ -223,38 +230,94 @@ def current_strategy(strategy: Any) -> Any:
     return strategy
 
 
+def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_cost: float | None = None,
+                   latency_ms: float | None = None, error: str | None = None, response: str | None = None) -> None:
+    """The outcome record of one pick, in the log of the strategy that logged its decision (or of the
+    strategy a settings change put in its place); the feedback desk learns it too."""
+    strategy = current_strategy(attempt.owner)
+    if strategy is None or getattr(strategy, "decision_log", None) is None:
+        return
+    record = outcome_record(call_id=call_id, deployment_id=attempt.deployment_id, success=success,
+                            response_cost=response_cost, latency_ms=latency_ms, error=error, response=response)
+    strategy.decision_log.submit(record)
+    if strategy.feedback_desk is not None:
+        strategy.feedback_desk.settle(record)
+    if not success and getattr(strategy, "shadow", None) is not None:
+        strategy.shadow.forget(call_id)  # only an answered pick is judged
+
+
+def log_repick(request_kwargs: dict) -> None:
+    """The router is picking a deployment for a call (any group: a retry, or a fallback to another
+    group): the call's open PROTEUS picks whose deployments LiteLLM's retry breadcrumbs name failed
+    (LiteLLM ran no failure callback for them when an earlier attempt of the request had one)."""
+    call_id = request_kwargs.get("litellm_call_id") if isinstance(request_kwargs, dict) else None
+    if not call_id or not attempts.known(str(call_id)):
+        return
+    metadatas = metadatas_of(request_kwargs)
+    for attempt in attempts.repicked(str(call_id), failed_deployment_ids(*metadatas)):
+        error = breadcrumb_error(metadatas, attempt.deployment_id) or "the attempt failed (LiteLLM retried the request)"
+        _write_outcome(attempt, str(call_id), False, error=error)
+
+
+def log_request_failed(request_data: Any, exception: Any) -> None:
+    """The proxy answered the request with an error: its open PROTEUS picks failed."""
+    call_id = request_data.get("litellm_call_id") if isinstance(request_data, dict) else None
+    if not call_id:
+        return
+    metadatas = metadatas_of(request_data)
+    for attempt in attempts.ended(str(call_id)):
+        error = breadcrumb_error(metadatas, attempt.deployment_id) or error_text(exception)
+        _write_outcome(attempt, str(call_id), False, error=error)
+
+
 def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end_time: Any, success: bool) -> None:
-    """The outcome record of a call PROTEUS routed (others have no decision metadata)."""
-    if strategy is None or strategy.decision_log is None or not isinstance(kwargs, dict):
+    """A success/failure callback: the outcome of the PROTEUS pick it is about, if any.
+
+    The deployment the callback names must be the one the pick chose: a fallback group's answer
+    (LiteLLM carries the failed pick's request metadata into the fallback call) settles the pick as
+    failed and is no pick's outcome.  A call the attempt ledger does not know (it keeps the last
+    ``attempts.MAX_CALLS`` calls) is attributed by the decision in its metadata, under the same rule."""
+    if not isinstance(kwargs, dict):
         return
     call_id = kwargs.get("litellm_call_id")
-    if not call_id or _decision_metadata(kwargs) is None:
+    if not call_id:
         return
-    shadow = getattr(strategy, "shadow", None)
-    if shadow is not None:
-        if success:  # a stream's callback carries the assembled response
-            shadow.answered(str(call_id), kwargs.get("complete_streaming_response") or response,
-                            judge=strategy.router.acompletion, lookup=lambda model_id: _deployment(strategy, model_id),
-                            judge_deployments=lambda: strategy.router.get_model_list(model_name=shadow.settings.judge_model) or [])
+    call_id = str(call_id)
+    answering = answering_deployment_id(kwargs)
+    if attempts.known(call_id):
+        if success:
+            attempt, others = attempts.answered(call_id, answering)
+            metadatas = metadatas_of(kwargs)
+            for other in others:  # picks that did not give the answer (a fallback group's deployment did)
+                error = breadcrumb_error(metadatas, other.deployment_id) or f"deployment {answering} answered the call"
+                _write_outcome(other, call_id, False, error=error)
         else:
-            shadow.forget(str(call_id))
+            attempt = attempts.failed(call_id, answering)
+    else:
+        decision = _decision_metadata(kwargs)
+        if strategy is None or decision is None or answering is None or decision.get("deployment_id") != answering:
+            return
+        attempt = Attempt(answering, strategy)
+    if attempt is None:
+        return
+    owner = current_strategy(attempt.owner)
+    if owner is None or owner.decision_log is None:
+        return
     try:
         latency_ms: float | None = (end_time - start_time).total_seconds() * 1000.0
     except (TypeError, AttributeError):
         latency_ms = None
     cost = kwargs.get("response_cost")
-    error = None
-    if not success:
-        exception = kwargs.get("exception")
-        error = f"{type(exception).__name__}: {exception}"[:1000] if exception is not None else "unknown error"
-    settings = strategy.config.decision_log
-    strategy.decision_log.submit(
-        outcome_record(
-            call_id=str(call_id),
-            success=success,
-            response_cost=float(cost) if isinstance(cost, (int, float)) else None,
-            latency_ms=latency_ms,
-            error=error,
-            response=response_text(response) if success and settings.log_responses else None,
-        )
+    error = None if success else error_text(kwargs.get("exception"))
+    shadow = getattr(owner, "shadow", None)
+    if shadow is not None and success:  # a stream's callback carries the assembled response
+        shadow.answered(call_id, kwargs.get("complete_streaming_response") or response,
+                        judge=owner.router.acompletion, lookup=lambda model_id: _deployment(owner, model_id),
+                        judge_deployments=lambda: owner.router.get_model_list(model_name=shadow.settings.judge_model) or [])
+    _write_outcome(
+        attempt, call_id, success,
+        response_cost=float(cost) if isinstance(cost, (int, float)) else None,
+        latency_ms=latency_ms,
+        error=error,
+        response=response_text(response) if success and owner.config.decision_log.log_responses else None,
     )

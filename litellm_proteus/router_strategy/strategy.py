@@ -5,7 +5,9 @@ this class does, per request:
 
 - groups listed in ``groups`` (after model-group aliases): LiteLLM's own candidate filtering
   (``Router.async_get_healthy_deployments``: cooldowns, health checks, team/tag/order filters,
-  retry skips), minus deployments that already failed this request (``previous_models``), then
+  retry skips), minus deployments that already failed this request (``previous_models``; when all
+  did, all but the one that failed last, and that one when it is the only candidate:
+  ``engine.exclude_failed``), then
   tau resolution (metadata, then Redis with a bounded timeout), then one micro-batched model call;
 - every other group: the same candidate filtering, then the strategy LiteLLM would use for it
   (its routing group's selector, else ``simple-shuffle``, LiteLLM's default).  LiteLLM's
@@ -247,6 +249,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         request_kwargs: dict | None = None,
     ):
         request_kwargs = {} if request_kwargs is None else request_kwargs
+        serving_log.log_repick(request_kwargs)  # a retry or a fallback: the failed PROTEUS picks get their outcomes
         router = self.router
         span = get_parent_otel_span_from_kwargs(request_kwargs)
         managed = self.manages(model)

@@ -231,7 +231,9 @@ class SlowFirstConnect:
 class FlakyUpstream:
     """A loopback OpenAI-compatible server (chat, completions, embeddings, responses) in a thread:
     each answer names the model it was asked for; calls for a model in ``failure_rates`` fail with
-    HTTP 500 at that rate (seeded, so runs repeat).  Counts calls and injected failures per model."""
+    HTTP 500 at that rate (seeded, so runs repeat), and the next ``fail_next[model]`` calls for a
+    model fail whatever its rate (both may be changed while it runs).  Counts calls and injected
+    failures per model."""
 
     def __init__(self, failure_rates: dict[str, float], seed: int = 0):
         import asyncio
@@ -239,6 +241,7 @@ class FlakyUpstream:
         import threading
 
         self.failure_rates = failure_rates
+        self.fail_next: dict[str, int] = {}
         self.calls: dict[str, int] = {}
         self.failures: dict[str, int] = {}
         self._random = random.Random(seed)
@@ -281,7 +284,10 @@ class FlakyUpstream:
                     body = {}
                 model = str(body.get("model", "?")) if isinstance(body, dict) else "?"
                 self.calls[model] = self.calls.get(model, 0) + 1
-                if self._random.random() < self.failure_rates.get(model, 0.0):
+                forced = self.fail_next.get(model, 0) > 0
+                if forced:
+                    self.fail_next[model] -= 1
+                if forced or self._random.random() < self.failure_rates.get(model, 0.0):
                     self.failures[model] = self.failures.get(model, 0) + 1
                     return web.json_response({"error": {"message": "injected failure", "type": "server_error"}}, status=500)
                 return web.json_response(self._answer(kind, model, f"served by {model}"))

@@ -55,7 +55,7 @@ def wait_until(condition, timeout_s: float = 10.0) -> bool:
 
 def test_records_carry_the_schema_and_hash_the_prompt_unless_prompts_are_logged():
     record = make_decision("c1")
-    assert record["schema"] == SCHEMA == 1 and record["type"] == "decision"
+    assert record["schema"] == SCHEMA == 2 and record["type"] == "decision"
     assert "prompt" not in record and len(record["prompt_sha256"]) == 64
     assert record["candidates"][1] == {"deployment_id": "d2", "slot": 1, "model": "strong", "cost_usd": 1e-3, "p": 0.8,
                                     "p_correction": 0.0}
@@ -119,12 +119,16 @@ def test_redis_stream_and_index_and_redis_dying_leaves_the_files_whole(tmp_path,
     client = redis_client(RedisSettings(url=redis_server.url, timeout_ms=200))
     writer = DecisionLogWriter(settings(tmp_path, redis_stream="proteus:decisions", redis_stream_maxlen=1000), client, retry_after_s=0.2)
     writer.submit(make_decision("a"))
-    writer.submit(outcome_record(call_id="a", success=True, response_cost=0.01, latency_ms=12.0, error=None))
+    writer.submit(outcome_record(call_id="a", deployment_id="d2", success=True, response_cost=0.01, latency_ms=12.0, error=None,
+                                 response="the answer"))
     assert writer.flush()
     admin = redis_lib.Redis.from_url(redis_server.url, decode_responses=True)
     entries = admin.xrange("proteus:decisions")
     assert [json.loads(fields["record"])["type"] for _, fields in entries] == ["decision", "outcome"]
     assert json.loads(admin.get("proteus:decision:a"))["call_id"] == "a"
+    indexed = json.loads(admin.get("proteus:decision:a:outcome"))  # feedback checks the pick answered
+    assert (indexed["deployment_id"], indexed["success"]) == ("d2", True) and "response" not in indexed
+    assert json.loads(entries[1][1]["record"])["response"] == "the answer"  # the stream has the whole record
     assert 0 < admin.ttl("proteus:decision:a") <= 7 * 86400
     redis_server.stop()
     for i in range(5):
@@ -209,9 +213,9 @@ def test_join_log_pairs_the_latest_decision_outcome_and_feedback(tmp_path):
     writer = DecisionLogWriter(settings(tmp_path))
     for record in (
         make_decision("x", ts=10.0, p=0.7),
-        outcome_record(call_id="x", success=False, response_cost=None, latency_ms=5.0, error="boom", ts=11.0),
+        outcome_record(call_id="x", deployment_id="d2", success=False, response_cost=None, latency_ms=5.0, error="boom", ts=11.0),
         make_decision("x", ts=12.0, p=0.9),  # a retry decides again
-        outcome_record(call_id="x", success=True, response_cost=0.002, latency_ms=7.0, error=None, ts=13.0),
+        outcome_record(call_id="x", deployment_id="d2", success=True, response_cost=0.002, latency_ms=7.0, error=None, ts=13.0),
         feedback_record("x", 0.0, "api", ts=14.0),
         feedback_record("x", 1.0, "judge", ts=15.0),
         make_decision("y", ts=20.0),
@@ -225,6 +229,37 @@ def test_join_log_pairs_the_latest_decision_outcome_and_feedback(tmp_path):
     x, y = rows
     assert x.decision["candidates"][1]["p"] == 0.9 and x.outcome["success"] is True and x.feedback == 1.0
     assert y.outcome is None and y.feedback is None
+
+
+def test_join_log_pairs_a_decision_with_the_outcome_of_its_own_pick(tmp_path):
+    """A retried call has a failure outcome per failed attempt; a fallback group's answer is no pick's
+    outcome, so the pick keeps its failure; schema 1 records (no deployment) read as schema 1 readers read them."""
+    first = {**make_decision("retried", ts=10.0), "chosen": 0}  # d1
+    directory = tmp_path / "log"
+    directory.mkdir()
+    records = [
+        first, outcome_record(call_id="retried", deployment_id="d1", success=False, response_cost=0.0, latency_ms=1.0,
+                              error="boom", ts=11.0),
+        make_decision("retried", ts=12.0),  # d2
+        outcome_record(call_id="retried", deployment_id="d2", success=True, response_cost=0.002, latency_ms=7.0,
+                       error=None, ts=13.0),
+        make_decision("fell-back", ts=20.0),
+        outcome_record(call_id="fell-back", deployment_id="d2", success=False, response_cost=None, latency_ms=None,
+                       error="boom", ts=21.0),
+        make_decision("same-deployment", ts=30.0),  # retried on d2 itself: the first failure is not the retry's
+        outcome_record(call_id="same-deployment", deployment_id="d2", success=False, response_cost=None, latency_ms=None,
+                       error="boom", ts=31.0),
+        make_decision("same-deployment", ts=32.0),
+        {**make_decision("old", ts=40.0), "schema": 1},
+        {"schema": 1, "type": "outcome", "call_id": "old", "ts": 41.0, "success": True, "response_cost": 0.5,
+         "latency_ms": 1.0, "error": None},
+    ]
+    (directory / "decisions-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = {row.call_id: row for row in join_log(directory)}
+    assert rows["retried"].outcome["deployment_id"] == "d2" and rows["retried"].outcome["success"] is True
+    assert rows["fell-back"].outcome["success"] is False and rows["fell-back"].outcome["error"] == "boom"
+    assert rows["same-deployment"].outcome is None  # its retry's outcome is not known
+    assert rows["old"].outcome["response_cost"] == 0.5 and rows["old"].decision["schema"] == 1
 
 
 def test_decision_log_config_errors_name_the_field():
@@ -469,7 +504,7 @@ def test_a_record_over_max_bytes_keeps_the_head_of_its_text_marked_and_counted_o
     prompt = "Summarise this: " + "x" * 300_000
     big = decision_record(**{**_decision_kwargs(), "call_id": "big", "prompt": prompt, "log_prompt": True})
     accented = decision_record(**{**_decision_kwargs(), "call_id": "accented", "prompt": "é" * 300_000, "log_prompt": True})
-    answer = outcome_record(call_id="big", success=True, response_cost=0.1, latency_ms=1.0, error=None, response="y" * 300_000)
+    answer = outcome_record(call_id="big", deployment_id="d2", success=True, response_cost=0.1, latency_ms=1.0, error=None, response="y" * 300_000)
     huge = make_decision("too-many-candidates")
     huge["candidates"] = huge["candidates"] * 100  # ~9 KB without any text field: cannot fit
     truncated_before = REGISTRY.get_sample_value("proteus_decision_log_truncated_total") or 0.0

@@ -199,7 +199,7 @@ def test_check_model_list_lists_every_problem():
 
 
 # -- retries -------------------------------------------------------------------------------------
-def test_failed_deployments_are_never_repicked():
+def test_failed_deployments_are_left_out_of_a_retry():
     pool = [deployment(i, "gpt-4-1106-preview") for i in ("a", "b", "c")]
     metadata = {"previous_models": [{"deployment_id": "a"}, {"model_info": {"id": "b"}}]}  # new and old formats
     assert failed_deployment_ids(metadata) == ["a", "b"]
@@ -207,6 +207,15 @@ def test_failed_deployments_are_never_repicked():
     # all failed: only the one that failed last is excluded
     assert [d["model_info"]["id"] for d in exclude_failed(pool, ["c", "a", "b"])] == ["a", "c"]
     assert exclude_failed(pool, []) == pool
+
+
+def test_a_retry_with_no_other_candidate_tries_the_deployment_that_failed():
+    """As LiteLLM's own strategies do: an empty pool would be a 429 about cooldowns that do not exist."""
+    only = [deployment("a", "gpt-4-1106-preview")]
+    assert exclude_failed(only, ["a"]) == only
+    assert exclude_failed(only, ["a", "a"]) == only
+    pair = [deployment(i, "gpt-4-1106-preview") for i in ("a", "b")]  # both failed: the one that failed first
+    assert [d["model_info"]["id"] for d in exclude_failed(pair, ["a", "b"])] == ["a"]
 
 
 @pytest.mark.parametrize("records", [5, True, 1.5, "abc", {"deployment_id": "a"}, [{"model_info": "abc"}],

@@ -14,7 +14,7 @@ import pytest
 
 from litellm_proteus.cli import main as proteus_cli
 from litellm_proteus.config import DecisionLogSettings, RedisSettings
-from litellm_proteus.decision_log import DecisionLogWriter, iter_records, redis_client
+from litellm_proteus.decision_log import DecisionLogWriter, iter_records, outcome_record, redis_client
 from litellm_proteus.feedback import FeedbackDesk, FeedbackError, append_to_log_dir, parse_feedback_body, send_feedback
 
 from .test_decision_log import make_decision
@@ -83,6 +83,46 @@ def test_any_worker_finds_a_decision_through_redis_and_duplicates_are_refused_ac
     assert [r["score"] for r in feedback_in(tmp_path / "log")] == [1.0]
 
 
+def failed_pick(call_id: str, ts: float, deployment: str = "d2") -> dict:
+    return outcome_record(call_id=call_id, deployment_id=deployment, success=False, response_cost=None, latency_ms=None,
+                          error="InternalServerError: boom", ts=ts)
+
+
+def test_a_call_whose_pick_did_not_answer_takes_no_feedback(log, tmp_path):
+    """The answer came from a fallback group (or nothing answered): a score would be charged to the
+    deployment PROTEUS picked.  A retried call whose later pick answered takes its score."""
+    settings, writer = log
+    desk = FeedbackDesk(settings, writer.submit)
+    now = time.time()
+    desk.remember(make_decision("fell-back", ts=now - 5))
+    desk.settle(failed_pick("fell-back", now - 4))
+    error = refused(desk, "fell-back", 1.0)
+    assert (error.status, error.param) == (409, "call_id")
+    assert "not answered by the deployment PROTEUS picked (d2: InternalServerError: boom)" in str(error)
+    desk.remember({**make_decision("retried", ts=now - 9), "chosen": 0})  # d1 failed ...
+    desk.settle(failed_pick("retried", now - 8, "d1"))
+    desk.remember(make_decision("retried", ts=now - 7))  # ... the retry picked d2, which answered
+    assert desk.accept("retried", 1.0)["call_id"] == "retried"
+    writer.flush()
+    assert [r["call_id"] for r in feedback_in(tmp_path / "log")] == ["retried"]
+
+
+def test_a_worker_that_did_not_route_the_call_refuses_its_feedback_when_the_pick_failed(tmp_path, redis_server):
+    settings = DecisionLogSettings(dir=str(tmp_path / "log"))
+    redis_a = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
+    redis_b = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
+    writer = DecisionLogWriter(settings, redis_a)
+    try:
+        decision = make_decision("fell-back")
+        writer.submit(decision)
+        writer.submit(failed_pick("fell-back", decision["ts"] + 1))
+        assert writer.flush()
+        other_worker = FeedbackDesk(settings, writer.submit, redis_b)  # nothing in its memory: Redis
+        assert refused(other_worker, "fell-back", 1.0).status == 409
+    finally:
+        writer.close()
+
+
 def test_offline_feedback_into_a_log_folder_and_the_cli(log, tmp_path, capsys):
     settings, writer = log
     writer.submit(make_decision("c1"))
@@ -90,6 +130,11 @@ def test_offline_feedback_into_a_log_folder_and_the_cli(log, tmp_path, capsys):
     writer.flush()
     directory = tmp_path / "log"
     assert append_to_log_dir(directory, "c1", 1.0, "python")["call_id"] == "c1"
+    writer.submit(make_decision("c4"))
+    writer.submit(failed_pick("c4", time.time() + 1))
+    writer.flush()
+    with pytest.raises(FeedbackError, match="not answered by the deployment PROTEUS picked"):
+        append_to_log_dir(directory, "c4", 1.0, "python")
     with pytest.raises(FeedbackError, match="already has feedback"):
         append_to_log_dir(directory, "c1", 0.0, "python")
     assert proteus_cli(["feedback", "c2", "0.5", "--log", str(directory)]) == 0

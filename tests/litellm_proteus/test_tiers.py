@@ -62,6 +62,17 @@ def test_cli_rejects_unknown_tiers_listing_the_allowed_ones(redis_server, tmp_pa
     assert store.get(hash_key("sk-x")) == "gold"
 
 
+@pytest.mark.parametrize("key", ["", "  "])
+@pytest.mark.parametrize("action", [["set", "premium"], ["get"], ["delete"]])
+def test_cli_refuses_an_empty_key_before_touching_redis(redis_server, capsys, key, action):
+    import redis
+
+    assert main(["tiers", "--redis-url", redis_server.url, action[0], key, *action[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the API key is empty") and "raw key (sk-...) or its LiteLLM hash" in err
+    assert redis.Redis.from_url(redis_server.url).keys("*") == []  # no "proteus:tier:" key written
+
+
 def test_cli_reports_an_unreachable_redis(capsys):
     assert main(["tiers", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "get", "sk-x"]) == 1
     assert "error: Redis at" in capsys.readouterr().err

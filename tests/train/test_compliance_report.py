@@ -32,7 +32,7 @@ def write_log(directory) -> None:
         ))
         # premium: LiteLLM's response_cost 0.02; economy: no outcome, so the routing estimate 0.001
         if tier == "premium":
-            writer.submit(outcome_record(call_id=call_id, success=True, response_cost=0.02, latency_ms=5.0, error=None, ts=101.0 + i))
+            writer.submit(outcome_record(call_id=call_id, deployment_id="b", success=True, response_cost=0.02, latency_ms=5.0, error=None, ts=101.0 + i))
     for call_id, score in (("c0", 1.0), ("c2", 0.0), ("c4", 1.0)):
         writer.submit(feedback_record(call_id, score, "api", ts=200.0))
     assert writer.flush()
@@ -64,6 +64,28 @@ def test_the_report_per_tier_with_the_figure_and_json(tmp_path, capsys):
     assert strong["residual"] == pytest.approx(2 / 3 - 0.9) and strong["p_correction"] == pytest.approx(-0.06)
     assert cheap["requests"] == 4 and cheap["labels"] == 0 and cheap["residual"] is None
     assert "deployment" in out and "-0.233" in out and "-0.060" in out
+
+
+def test_a_score_for_a_call_whose_pick_failed_is_no_label_of_the_pick(tmp_path, capsys):
+    """Its answer came from a fallback group: neither the tier nor the deployment is judged by it."""
+    writer = DecisionLogWriter(DecisionLogSettings(dir=str(tmp_path / "log")))
+    for i, success in enumerate((True, False)):
+        writer.submit(decision_record(
+            call_id=f"c{i}", key_hash=None, tier="premium", tau_source="default", state_key="tier:premium", tau=0.85,
+            tau_requested=None, tau_effective=0.85, delta=0.0, mu=0.5, model_group="g",
+            candidates=[LoggedCandidate("b", 1, "strong", 0.01, 0.9)], chosen=0, propensity=1.0, prompt=f"q{i}",
+            artifact="", log_prompt=False, ts=100.0 + i))
+        writer.submit(outcome_record(call_id=f"c{i}", deployment_id="b", success=success, response_cost=None,
+                                     latency_ms=None, error=None if success else "boom", ts=100.5 + i))
+        writer.submit(feedback_record(f"c{i}", 1.0 if success else 0.0, "api", ts=200.0))
+    assert writer.flush()
+    writer.close()
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
+    assert proteus_cli(argv) == 0
+    written = json.loads((tmp_path / "c.json").read_text())
+    [premium], [strong] = written["tiers"], written["deployments"]
+    assert (premium["requests"], premium["labels"], premium["realised_accuracy"]) == (2, 1, 1.0)
+    assert (strong["labels"], strong["residual"]) == (1, pytest.approx(0.1))
 
 
 def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):

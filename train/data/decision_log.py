@@ -1,14 +1,18 @@
-"""Decision logs written by the proxy (``litellm_proteus.decision_log``, schema 1) as a ``RoutingLog``.
+"""Decision logs written by the proxy (``litellm_proteus.decision_log``, schema 1 or 2) as a ``RoutingLog``.
 
-Every JSONL line is one record with ``"schema": 1`` and a ``"type"``: ``decision`` (the candidates,
-the chosen one and its propensity), ``outcome`` (the call's result) and ``feedback`` (a score in
-[0, 1] for a call).  Records are joined by ``call_id``; a call's *latest* feedback (by ``ts``) is its
-label.  Bandit feedback: per request only the chosen slot's score is known.
+Every JSONL line is one record with ``"schema": 1`` or ``2`` and a ``"type"``: ``decision`` (the
+candidates, the chosen one and its propensity), ``outcome`` (the result of one attempt; schema 2 names
+its ``deployment_id``) and ``feedback`` (a score in [0, 1] for a call).  Records are joined by
+``call_id``: a call's latest decision, the latest outcome of that decision's pick (by the deployment
+it names: ``litellm_proteus.decision_log.outcome_of``) and the call's *latest* feedback (by ``ts``),
+its label.  Bandit feedback: per request only the chosen slot's score is known.
 
 Per row of the resulting log:
 
 * ``scores``: NaN everywhere except the chosen slot, which holds the feedback score (NaN when the
-  request has no feedback; such rows are dropped by ``clean_log``, counted in ``provenance``);
+  request has no feedback, or when its pick's outcome is a failure: the score is then another
+  deployment's answer's, a fallback group's; such rows are dropped by ``clean_log``, counted in
+  ``provenance``);
 * ``costs``: each candidate's logged ``cost_usd`` (the chosen one's ``response_cost`` when the outcome
   has it), NaN for slots that were not candidates;
 * ``propensity``: the probability with which the logging policy chose that slot (1.0 without
@@ -41,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from litellm_proteus.decision_log import supersedes
+from litellm_proteus.decision_log import READ_SCHEMAS, latest_outcome, supersedes
 from litellm_proteus.shadow_rows import SHADOW_OF
 
 from .common import LoadOptions, RoutingLogWarning, Table, concat_logs, estimate_tokens, numeric_column
@@ -49,7 +53,6 @@ from .logs import RoutingLog
 from .routerbench import table_log
 
 FORMAT = "decision-log"
-SCHEMA = 1
 RECORD_TYPES = ("decision", "outcome", "feedback")
 TRAIN_SHARE = 0.85
 
@@ -67,8 +70,9 @@ def _records(tables: Iterable[Table]) -> Iterable[tuple[str, dict[str, Any]]]:
         for lineno, record in enumerate(table.frame.to_dict("records"), 1):
             record = {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
             where = f"{table.path}:{lineno}"
-            if record.get("schema") != SCHEMA:
-                raise ValueError(f"{where}: field 'schema' is {record.get('schema')!r}; supported: {SCHEMA}")
+            if record.get("schema") not in READ_SCHEMAS:
+                raise ValueError(f"{where}: field 'schema' is {record.get('schema')!r}; supported: "
+                                 f"{', '.join(map(str, READ_SCHEMAS))}")
             if record.get("type") not in RECORD_TYPES:
                 raise ValueError(f"{where}: field 'type' is {record.get('type')!r}; allowed: {list(RECORD_TYPES)}")
             yield where, record
@@ -143,13 +147,16 @@ def _decision_fields(where: str, call_id: str, record: Mapping[str, Any]) -> tup
 
 
 def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, tuple[float, float, str]]]:
-    """Decisions (in ``ts`` order), outcomes by call_id and each call's feedback (ts, score, source).
+    """Decisions (in ``ts`` order), each decision's outcome by call_id and each call's feedback (ts,
+    score, source).
 
-    Of several records of one type for a call (a retry decides again, feedback sent twice) the
-    latest by ``ts`` is kept, a tie going to the one read later: the rule of the proxy's own reader,
-    ``litellm_proteus.decision_log.supersedes``."""
+    Of several decisions or feedback records of a call (a retry decides again, feedback sent twice)
+    the latest by ``ts`` is kept, a tie going to the one read later: the rule of the proxy's own
+    reader, ``litellm_proteus.decision_log.supersedes``.  A call's outcome is the latest outcome of
+    its kept decision's pick (``latest_outcome``: a retried call has one per attempt, and a fallback
+    group's answer is none of the pick's)."""
     decisions: dict[str, dict[str, Any]] = {}
-    outcomes: dict[str, dict[str, Any]] = {}
+    outcomes: dict[str, list[dict[str, Any]]] = {}
     feedback: dict[str, dict[str, Any]] = {}
     for where, record in _records(tables):
         call_id = str(record.get("call_id", ""))
@@ -164,7 +171,8 @@ def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any],
         elif kind == "outcome":
             if record.get("response_cost") is not None:
                 record["response_cost"] = _cost(where, call_id, "response_cost", record["response_cost"])
-            table = outcomes
+            outcomes.setdefault(call_id, []).append(record)
+            continue
         else:
             score = _number(where, call_id, record, "score", math.nan)
             if not 0 <= score <= 1:
@@ -175,8 +183,9 @@ def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any],
         if supersedes(record, table.get(call_id)):
             table[call_id] = record
     rows = sorted(decisions.values(), key=lambda d: (d["ts"], d["call_id"]))
+    paired = {call_id: latest_outcome(d, outcomes.get(call_id, [])) for call_id, d in decisions.items()}
     labels = {call_id: (f["ts"], f["score"], str(f.get("source", ""))) for call_id, f in feedback.items()}
-    return rows, outcomes, labels
+    return rows, {call_id: dict(o) for call_id, o in paired.items() if o is not None}, labels
 
 
 def _slots(rows: list[dict[str, Any]]) -> list[str]:
@@ -278,7 +287,7 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         outcome = outcomes.get(row["call_id"], {})
         if outcome.get("response_cost") is not None:
             costs[i, slot] = outcome["response_cost"]
-        if row["call_id"] in feedback:
+        if row["call_id"] in feedback and outcome.get("success") is not False:  # a failed pick's call: not its label
             scores[i, slot] = feedback[row["call_id"]][1]
     prompts = [r["prompt"] for r in rows]
     split = prompt_split(prompts)
@@ -296,7 +305,7 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         # propensity < 1: exploration could have moved the decision (the record does not say whether it did)
         "n_exploration_on": int((propensity < 1).sum()),
         "labels_per_model": {m: int(labelled[chosen == j].sum()) for j, m in enumerate(models)},
-        "feedback_sources": dict(sorted(Counter(feedback[r["call_id"]][2] for r in rows if r["call_id"] in feedback).items())),
+        "feedback_sources": dict(sorted(Counter(feedback[r["call_id"]][2] for i, r in enumerate(rows) if labelled[i]).items())),
         "artifacts": sorted({str(r.get("artifact", "")) for r in rows}),
         "split_method": f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val",
     }

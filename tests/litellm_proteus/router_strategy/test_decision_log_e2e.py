@@ -1,6 +1,8 @@
 """The serving loop through a real ``litellm --config`` proxy with ``--num_workers 2`` and a real
 redis-server: every answered request lands in the decision log with its outcome, feedback over
 HTTP (authenticated) is logged and moves the realised-accuracy gauge, Redis dying fails nothing.
+Retries and fallbacks through a one-worker proxy in front of a loopback upstream whose deployments
+fail on demand: every failed attempt has its outcome, a fallback group's answer is no pick's.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import httpx
 import pytest
 
 from litellm_proteus.cli import main as proteus_cli
-from litellm_proteus.decision_log import iter_records, join_log
+from litellm_proteus.decision_log import SCHEMA, iter_records, join_log
 from litellm_proteus.feedback import FEEDBACK_ROUTE, FeedbackError, send_feedback
 
+from ..conftest import FlakyUpstream
 from .test_proxy_e2e import LITELLM, Proxy, proxy_config
 
 pytestmark = pytest.mark.e2e
@@ -80,11 +83,13 @@ def test_every_answered_request_is_in_the_log_with_its_outcome(logged_proxy):
     for call_id, (tier, response) in answered.items():
         row = rows[call_id]
         decision = row.decision
-        assert decision["schema"] == 1 and decision["tier"] == tier and decision["state_key"] == f"tier:{tier}@{TIER_TAU[tier]:.4g}"
+        assert decision["schema"] == SCHEMA and decision["tier"] == tier and decision["state_key"] == f"tier:{tier}@{TIER_TAU[tier]:.4g}"
         assert decision["tau"] == TIER_TAU[tier] and decision["tau_requested"] is None
         assert decision["candidates"][decision["chosen"]]["model"] == response.headers["x-proteus-model"]
         assert decision["propensity"] == 1.0 and "prompt" not in decision and len(decision["prompt_sha256"]) == 64
         assert row.outcome["success"] is True and row.outcome["response_cost"] > 0 and row.outcome["latency_ms"] >= 0
+        assert row.outcome["deployment_id"] == decision["candidates"][decision["chosen"]]["deployment_id"] \
+            == response.headers["x-litellm-model-id"]
         assert row.outcome["response"] == response.json()["choices"][0]["message"]["content"]
     unmanaged = logged_proxy.chat("sk-dave", model="plain")  # not routed by PROTEUS: not logged
     assert unmanaged.status_code == 200
@@ -272,3 +277,133 @@ def test_feedback_lowers_a_deployments_p_on_every_worker_and_the_log_says_by_how
         assert all(c["p_correction"] == 0.0 for d, c in candidates.items() if d != gpt4_id)
     value = re.search(rf'^proteus_deployment_correction\{{deployment="{gpt4_id}"\}} (\S+)$', metrics(correction_proxy), re.M)
     assert value and float(value.group(1)) < -0.5
+
+
+# -- retries and fallbacks -------------------------------------------------------------------------
+FAILOVER_DEPLOYMENTS = {  # deployment id: (model group, upstream model, trained slot, prices)
+    "gpt4": ("proteus-auto", "gpt-4-1106-preview", "gpt-4-1106-preview", (1e-5, 3e-5)),
+    "mixtral": ("proteus-auto", "mixtral-8x7b", "mistralai/mixtral-8x7b-chat", (6e-7, 6e-7)),
+    "mistral": ("proteus-auto", "mistral-7b", "mistralai/mistral-7b-chat", (2e-7, 2e-7)),
+    "solo": ("proteus-solo", "solo-gpt-4", "gpt-4-1106-preview", (1e-5, 3e-5)),  # a group of one deployment
+}
+
+
+@pytest.fixture(scope="module")
+def failover_upstream():
+    server = FlakyUpstream({})
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def failover_proxy(tmp_path_factory, steerable_artifact, failover_upstream):
+    """One worker, no Redis; num_retries 2 and proteus-auto falling back to the unmanaged group plain;
+    no cooldowns, so each test finds every deployment a candidate."""
+    if LITELLM is None:
+        pytest.skip("the litellm console script is not installed")
+    workdir = tmp_path_factory.mktemp("failover-proxy")
+    model_list = [
+        {"model_name": group, "model_info": {"id": dep_id, "proteus_model": slot},
+         "litellm_params": {"model": f"openai/{model}", "api_base": failover_upstream.base, "api_key": "none",
+                            "max_retries": 0, "input_cost_per_token": prices[0], "output_cost_per_token": prices[1]}}
+        for dep_id, (group, model, slot, prices) in FAILOVER_DEPLOYMENTS.items()
+    ] + [{"model_name": "plain", "model_info": {"id": "plain"},
+          "litellm_params": {"model": "openai/plain", "api_base": failover_upstream.base, "api_key": "none", "max_retries": 0}}]
+    config = proxy_config(steerable_artifact, "redis://127.0.0.1:1/0", model_list)
+    router = config["router_settings"]
+    router.update(num_retries=2, disable_cooldowns=True, fallbacks=[{"proteus-auto": ["plain"]}])
+    args = router["routing_strategy_args"]
+    del args["redis"]
+    args.update(groups=["proteus-auto", "proteus-solo"], compliance={"enabled": False},
+                decision_log={"dir": str(workdir / "log"), "log_responses": True})
+    proxy = Proxy(workdir, config)
+    proxy.wait_ready()
+    yield proxy
+    proxy.stop()
+
+
+def attempts_of(proxy: Proxy, call_id: str, records_expected: int, timeout_s: float = 30.0) -> list[tuple]:
+    """(type, chosen or answering deployment, success) of the call's records, once ``records_expected`` are written."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = [r for r in iter_records(log_dir(proxy)) if r["call_id"] == call_id] if log_dir(proxy).is_dir() else []
+        if len(records) >= records_expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return [("decision", r["candidates"][r["chosen"]]["deployment_id"], None) if r["type"] == "decision"
+            else (r["type"], r.get("deployment_id"), r.get("success")) for r in records]
+
+
+def failing(upstream: FlakyUpstream, *deployments: str, times: int | None = None) -> None:
+    """The deployments' upstream models fail (the next ``times`` calls, or every call)."""
+    upstream.failure_rates.clear()
+    upstream.fail_next.clear()
+    for dep_id in deployments:
+        model = FAILOVER_DEPLOYMENTS[dep_id][1]
+        if times is None:
+            upstream.failure_rates[model] = 1.0
+        else:
+            upstream.fail_next[model] = times
+
+
+def test_every_failed_attempt_of_a_retried_request_has_its_outcome(failover_proxy, failover_upstream):
+    """LiteLLM runs one failure event per request; each failed pick still gets its failure outcome."""
+    failing(failover_upstream, "gpt4", "mixtral")
+    response = failover_proxy.chat("sk-alice")  # premium, tau 0.9: gpt-4 first
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "served by mistral-7b"
+    assert response.headers["x-litellm-model-id"] == "mistral"
+    assert response.headers["x-proteus-model"] == "mistralai/mistral-7b-chat"
+    call_id = response.headers["x-litellm-call-id"]
+    records = attempts_of(failover_proxy, call_id, 6)
+    picks = [dep for kind, dep, _ in records if kind == "decision"]
+    assert picks[0] == "gpt4" and sorted(picks) == ["gpt4", "mistral", "mixtral"]
+    assert [(dep, ok) for kind, dep, ok in records if kind == "outcome"] == [(picks[0], False), (picks[1], False),
+                                                                             ("mistral", True)]
+    errors = [r["error"] for r in iter_records(log_dir(failover_proxy)) if r["call_id"] == call_id and r["type"] == "outcome"]
+    assert "injected failure" in errors[0] and "injected failure" in errors[1] and errors[2] is None
+    row = wait_for_log(failover_proxy, [call_id])[call_id]
+    assert row.outcome["deployment_id"] == "mistral" and row.outcome["response"] == "served by mistral-7b"
+
+
+def test_a_fallback_groups_answer_is_no_outcome_of_the_pick_nor_does_it_take_feedback(failover_proxy, failover_upstream):
+    failing(failover_upstream, "gpt4", "mixtral", "mistral")
+    response = failover_proxy.chat("sk-alice")
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == "served by plain"
+    assert response.headers["x-litellm-model-id"] == "plain"
+    headers = {k: v for k, v in response.headers.items() if k.startswith("x-proteus-")}
+    assert headers == {"x-proteus-fallback": "plain"}  # the decision headers described a pick that did not answer
+    call_id = response.headers["x-litellm-call-id"]
+    records = attempts_of(failover_proxy, call_id, 6)
+    picks = [dep for kind, dep, _ in records if kind == "decision"]
+    assert sorted(picks) == ["gpt4", "mistral", "mixtral"]
+    assert [(dep, ok) for kind, dep, ok in records if kind == "outcome"] == [(dep, False) for dep in picks]
+    row = wait_for_log(failover_proxy, [call_id])[call_id]
+    assert row.outcome["success"] is False and row.outcome["deployment_id"] == picks[-1]
+    refused = httpx.post(failover_proxy.base + FEEDBACK_ROUTE, json={"call_id": call_id, "score": 1.0},
+                         headers={"Authorization": "Bearer sk-alice"}, timeout=30)
+    assert refused.status_code == 409, refused.text
+    assert "not answered by the deployment PROTEUS picked" in refused.json()["error"]["message"]
+
+
+def test_a_group_of_one_deployment_retries_it_and_logs_both_attempts(failover_proxy, failover_upstream):
+    failing(failover_upstream, "solo", times=1)
+    calls = failover_upstream.calls.get("solo-gpt-4", 0)
+    response = failover_proxy.chat("sk-alice", model="proteus-solo")
+    assert response.status_code == 200, response.text  # not a 429 about cooldowns that do not exist
+    assert failover_upstream.calls["solo-gpt-4"] == calls + 2
+    assert response.headers["x-proteus-model"] == "gpt-4-1106-preview"
+    records = attempts_of(failover_proxy, response.headers["x-litellm-call-id"], 4)
+    assert records == [("decision", "solo", None), ("outcome", "solo", False), ("decision", "solo", None),
+                       ("outcome", "solo", True)]
+
+
+def test_a_request_whose_every_attempt_failed_has_a_failure_outcome_per_pick(failover_proxy, failover_upstream):
+    """No failure event reaches the plugin after the first: the last pick's outcome comes from the
+    proxy's post-call failure hook."""
+    failing(failover_upstream, "solo")
+    response = failover_proxy.chat("sk-alice", model="proteus-solo")
+    assert response.status_code == 500, response.text
+    records = attempts_of(failover_proxy, response.headers["x-litellm-call-id"], 6)
+    assert records == [("decision", "solo", None), ("outcome", "solo", False)] * 3

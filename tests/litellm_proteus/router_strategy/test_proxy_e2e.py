@@ -329,6 +329,8 @@ def test_a_body_of_the_wrong_shape_is_a_400_naming_the_field(proxy, path, body, 
     response = post(proxy, path, {"model": "proteus-auto", **body})
     assert response.status_code == 400, response.text
     assert (response.json()["error"]["param"], response.json()["error"]["type"]) == (field, "invalid_request_error")
+    if body.get("messages") == []:
+        assert "messages must be a non-empty JSON array" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("path, field", [(CHAT, "messages"), ("/v1/responses", "input"), ("/v1/embeddings", "input"),

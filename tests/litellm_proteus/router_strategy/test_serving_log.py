@@ -16,7 +16,7 @@ from litellm_proteus.decision_log import iter_records, join_log
 from litellm_proteus.feedback import FeedbackError, send_feedback
 from litellm_proteus.router_strategy import proteus_hook
 
-from .test_strategy import HOSTS, QUESTION, model_list, upstream  # noqa: F401  (fixture)
+from .test_strategy import HOSTS, QUESTION, completion_body, model_list, upstream  # noqa: F401  (fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -163,3 +163,121 @@ def test_the_writer_thread_waits_on_redis_longer_than_the_request_path(tmp_path)
     timeout = lambda client: client.connection_pool.connection_kwargs["socket_timeout"]  # noqa: E731
     assert timeout(desk.redis) == 0.05  # feedback lookups answer a client: the request budget
     assert timeout(writer.redis) == WRITE_TIMEOUT_S > 0.05  # a 512-record pipeline off the request path
+
+
+# -- retries and fallbacks as the proxy runs them -------------------------------------------------
+def failing(route, times: int | None = None, text: str = "") -> None:
+    """``route`` answers HTTP 500 (``times`` times, then ``text``; always without ``times``)."""
+    error = httpx.Response(500, json={"error": {"message": "upstream down", "type": "server_error"}})
+    if times is None:
+        route.mock(return_value=error)
+    else:
+        route.mock(side_effect=[error] * times + [httpx.Response(200, json=completion_body(text))])
+
+
+def proxy_like_router(artifact, directory, model_list_=None, **router_kwargs):
+    args = {"artifact": str(artifact), "tiers": {"premium": 0.9, "standard": 0.85, "economy": 0.7},
+            "decision_log": {"dir": str(directory), "log_responses": True}}
+    router_kwargs.setdefault("num_retries", 2)
+    return litellm.Router(model_list=model_list_ or model_list(), routing_strategy="proteus", routing_strategy_args=args,
+                          disable_cooldowns=True, **router_kwargs)
+
+
+async def proxy_call(router, call_id: str, tau: float = 0.85) -> tuple[dict, object]:
+    """As LiteLLM's proxy calls the router: the request's call id and one logging object shared by
+    every attempt (so LiteLLM runs its failure callbacks once); a request that fails ends in the
+    proxy's post-call failure hook.  Returns (request data, response or exception)."""
+    from datetime import datetime
+
+    data = {"model": "proteus-auto", "messages": QUESTION, "metadata": {"tau": tau}, "litellm_call_id": call_id}
+    logging_obj, data = litellm.utils.function_setup(original_function="acompletion", rules_obj=litellm.utils.Rules(),
+                                                     start_time=datetime.now(), **data)
+    data["litellm_logging_obj"] = logging_obj
+    try:
+        result: object = await router.acompletion(**data)
+    except Exception as exc:  # noqa: BLE001  the request's error, as the proxy answers it
+        await proteus_hook.async_post_call_failure_hook(request_data=data, original_exception=exc, user_api_key_dict=None)
+        result = exc
+    for _ in range(100):  # success callbacks run as tasks of this loop
+        await asyncio.sleep(0.02)
+    return data, result
+
+
+def outcomes_of(directory, call_id: str) -> list[tuple[str, bool]]:
+    from litellm_proteus.router_strategy.patch import active_strategy
+
+    assert active_strategy().decision_log.flush()
+    return [(r.get("deployment_id"), r["success"]) for r in iter_records(directory) if r["call_id"] == call_id and r["type"] == "outcome"]
+
+
+def picks_of(directory, call_id: str) -> list[str]:
+    return [r["candidates"][r["chosen"]]["deployment_id"] for r in iter_records(directory)
+            if r["call_id"] == call_id and r["type"] == "decision"]
+
+
+def test_every_failed_attempt_of_a_retried_call_has_its_failure_outcome(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory)
+    failing(upstream["gpt-4-1106-preview"])
+    failing(upstream["mistralai/mixtral-8x7b-chat"])
+    _, response = asyncio.run(proxy_call(router, "retried-twice"))
+    assert response.choices[0].message.content == "mistralai/mistral-7b-chat"
+    picks = picks_of(directory, "retried-twice")
+    assert picks == ["gpt-4-1106-preview", "mixtral-8x7b-chat", "mistral-7b-chat"]
+    assert outcomes_of(directory, "retried-twice") == [(picks[0], False), (picks[1], False), (picks[2], True)]
+    failures = [r for r in iter_records(directory) if r["type"] == "outcome" and not r["success"]]
+    assert all("upstream down" in r["error"] for r in failures), failures
+    [row] = [r for r in join_log(directory) if r.call_id == "retried-twice"]
+    assert row.outcome["success"] is True and row.outcome["deployment_id"] == "mistral-7b-chat"
+    assert row.outcome["response"] == "mistralai/mistral-7b-chat"
+
+
+def test_a_request_whose_every_attempt_failed_has_a_failure_outcome_per_pick(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory)
+    for slot in HOSTS:
+        failing(upstream[slot])
+    _, error = asyncio.run(proxy_call(router, "all-failed"))
+    assert isinstance(error, litellm.InternalServerError)
+    picks = picks_of(directory, "all-failed")
+    assert len(picks) == 3 and outcomes_of(directory, "all-failed") == [(p, False) for p in picks]
+    with pytest.raises(FeedbackError) as info:  # no pick answered: a score would charge one that did not
+        send_feedback("all-failed", 1.0)
+    assert info.value.status == 409 and "not answered by the deployment PROTEUS picked" in str(info.value)
+
+
+def test_a_fallback_groups_answer_is_no_outcome_of_the_failed_pick(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory, num_retries=1, fallbacks=[{"proteus-auto": ["plain"]}])
+    for slot in HOSTS:
+        failing(upstream[slot])
+    data, response = asyncio.run(proxy_call(router, "fell-back"))
+    assert response.choices[0].message.content == "plain"
+    picks = picks_of(directory, "fell-back")
+    assert len(picks) == 2  # the pick and its retry's
+    assert outcomes_of(directory, "fell-back") == [(picks[0], False), (picks[1], False)]  # plain's answer is neither's
+    [row] = [r for r in join_log(directory) if r.call_id == "fell-back"]
+    assert row.outcome["success"] is False and row.outcome["deployment_id"] == picks[1]
+    assert "upstream down" in row.outcome["error"]
+    headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(data, None, response))
+    assert headers == {"x-proteus-fallback": "plain"}  # no x-proteus-model: the pick did not answer
+    with pytest.raises(FeedbackError) as info:  # the score would be plain's answer charged to the pick
+        send_feedback("fell-back", 0.0)
+    assert info.value.status == 409 and picks[1] in str(info.value)
+
+
+def test_a_group_of_one_deployment_retries_it_after_a_failure(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory, model_list_=model_list()[:1])  # gpt-4 alone
+    failing(upstream["gpt-4-1106-preview"], times=1, text="gpt-4 after a failure")
+    data, response = asyncio.run(proxy_call(router, "solo"))
+    assert not isinstance(response, Exception), response
+    assert response.choices[0].message.content == "gpt-4 after a failure"
+    assert upstream["gpt-4-1106-preview"].call_count == 2
+    assert picks_of(directory, "solo") == ["gpt-4-1106-preview"] * 2
+    assert outcomes_of(directory, "solo") == [("gpt-4-1106-preview", False), ("gpt-4-1106-preview", True)]
+    [row] = [r for r in join_log(directory) if r.call_id == "solo"]
+    assert row.outcome["success"] is True
+    headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(data, None, response))
+    assert headers["x-proteus-model"] == "gpt-4-1106-preview" and "x-proteus-fallback" not in headers
+    assert send_feedback("solo", 1.0)["call_id"] == "solo"

@@ -119,6 +119,20 @@ def test_failed_deployment_is_never_repicked(router, upstream):
     assert decision.excluded == 1 and decision.candidates == 2
 
 
+def test_a_group_of_one_deployment_tries_it_again_after_a_failure(steerable_artifact, upstream):
+    """As LiteLLM's own strategies do; left out, the retry had no candidate and answered a 429 about
+    cooldowns that do not exist."""
+    args = {"artifact": str(steerable_artifact), "tiers": {"standard": 0.85}}
+    router = Router(model_list=model_list()[:1], routing_strategy="proteus", routing_strategy_args=args,  # gpt-4 alone
+                    num_retries=2, disable_cooldowns=True)
+    error = httpx.Response(500, json={"error": {"message": "upstream down"}})
+    upstream["gpt-4-1106-preview"].mock(side_effect=[error, httpx.Response(200, json=completion_body("recovered"))])
+    text, decision, metadata = asyncio.run(ask(router, tau=0.85))
+    assert text == "recovered" and upstream["gpt-4-1106-preview"].call_count == 2
+    assert [r["deployment_id"] for r in metadata["previous_models"]] == ["gpt-4-1106-preview"]
+    assert (decision.candidates, decision.excluded) == (1, 0)
+
+
 def test_cooled_down_deployments_are_not_candidates(steerable_artifact, upstream):
     router = make_router(steerable_artifact, disable_cooldowns=False, allowed_fails=0, cooldown_time=300)
     upstream["gpt-4-1106-preview"].mock(return_value=httpx.Response(500, json={"error": {"message": "down"}}))

@@ -73,14 +73,18 @@ def logged(tmp_path_factory):
     return base, logs
 
 
-def test_simulated_log_is_rotated_jsonl_in_schema_1(logged):
+def test_simulated_log_is_rotated_jsonl_in_the_proxys_schema(logged):
+    from litellm_proteus.decision_log import SCHEMA
+
     base, logs = logged
     files = sorted((base / "explore").glob("decisions-*.jsonl"))
     assert len(files) >= 2  # 600 decisions + outcomes + feedback at 500 records per file
     records = [json.loads(line) for f in files for line in f.read_text().splitlines()]
     kinds = {r["type"] for r in records}
-    assert kinds == {"decision", "outcome", "feedback"} and all(r["schema"] == 1 for r in records)
+    assert kinds == {"decision", "outcome", "feedback"} and all(r["schema"] == SCHEMA for r in records)
     decisions = [r for r in records if r["type"] == "decision"]
+    chosen = {d["call_id"]: d["candidates"][d["chosen"]]["deployment_id"] for d in decisions}
+    assert all(r["deployment_id"] == chosen[r["call_id"]] for r in records if r["type"] == "outcome")
     assert len(decisions) == 600 and {d["tier"] for d in decisions} == {"premium", "economy"}
     explored = [d for d in decisions if d["propensity"] < 1]
     assert explored and logs["explore"]["explored"] > 0 and logs["greedy"]["explored"] == 0

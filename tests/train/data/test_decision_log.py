@@ -67,7 +67,7 @@ def test_response_cost_replaces_the_chosen_slots_estimate(tmp_path):
     ({"prompt": None}, "log_prompts: true"),
     ({"chosen": 3}, "field 'chosen' must be an index"),
     ({"propensity": 0.0}, "field 'propensity' must lie in"),
-    ({"schema": 2}, "field 'schema' is 2; supported: 1"),
+    ({"schema": 3}, "field 'schema' is 3; supported: 1, 2"),
     ({"type": "vote"}, "field 'type' is 'vote'; allowed"),
 ])
 def test_malformed_records_are_named(tmp_path, change, message):
@@ -174,6 +174,35 @@ def test_a_repeated_call_id_keeps_its_latest_records_by_ts_like_join_log(tmp_pat
     served = {d.call_id: d for d in join_log(tmp_path)}
     assert served["r"].decision["chosen"] == log.logged_choice[row]
     assert served["r"].outcome["response_cost"] == log.costs[row, 2] and served["r"].feedback == log.scores[row, 2]
+
+
+def test_an_outcome_pairs_with_the_decision_whose_pick_it_names(tmp_path):
+    """Schema 2 outcomes name their deployment: a retried call's earlier failure is not its answer's
+    cost, and a fallback group's answer (no outcome of any pick) leaves the pick's failure as its
+    outcome; a schema 1 outcome (no deployment) is the call's latest decision's."""
+    from litellm_proteus.decision_log import join_log
+
+    def outcome(call_id, ts, deployment, success, cost):
+        return {"schema": 2, "type": "outcome", "call_id": call_id, "ts": ts, "deployment_id": deployment,
+                "success": success, "response_cost": cost, "latency_ms": None, "error": None if success else "boom"}
+
+    old = {"schema": 1, "type": "outcome", "call_id": "old", "ts": 6.5, "success": True, "response_cost": 0.3}
+    records = [{**decision("retried", 1.0, 0), "schema": 2}, outcome("retried", 1.5, "d0", False, 0.0),
+               {**decision("retried", 2.0, 1), "schema": 2}, outcome("retried", 2.5, "d1", True, 0.4),
+               outcome("retried", 3.0, "d0", False, 0.0),  # an attempt on d0, which the kept decision did not pick
+               {**decision("fell-back", 4.0, 2), "schema": 2}, outcome("fell-back", 4.5, "d2", False, 0.0),
+               decision("old", 6.0, 1), old]
+    records += [feedback(c, 9.0, 1.0) for c in ("retried", "fell-back", "old")]
+    with pytest.warns(RoutingLogWarning, match="dropped 1 rows with no observed score"):
+        log = load_logs(write(tmp_path / "decisions-20260101T000000-1-0.jsonl", records))
+    rows = {call_id: i for i, call_id in enumerate(log.sample_ids)}
+    assert log.costs[rows["retried"], 1] == pytest.approx(0.4)  # d1's answer, not d0's later failure
+    assert log.costs[rows["old"], 1] == pytest.approx(0.3)
+    assert "fell-back" not in rows  # its score is the fallback's answer's, not a label of the pick
+    assert log.provenance["n_outcomes"] == 3 and log.provenance["n_labelled"] == 2
+    joined = {row.call_id: row.outcome for row in join_log(tmp_path)}
+    assert joined["retried"]["deployment_id"] == "d1" and joined["fell-back"]["success"] is False
+    assert joined["old"]["response_cost"] == 0.3
 
 
 def test_a_repeated_call_id_with_equal_ts_keeps_the_record_read_last(tmp_path):

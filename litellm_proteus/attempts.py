@@ -1,0 +1,164 @@
+"""Which PROTEUS pick each outcome of a call belongs to (the decision log's ``outcome`` records).
+
+A call (one ``litellm_call_id``) may be routed several times: LiteLLM picks again after a failed
+attempt (a retry), and after the retries it falls back to another model group (a fallback).  The
+proxy shares one logging object across all of them, so LiteLLM's callbacks do not tell what became
+of each pick: the failure callback runs once per logging object (for the first failed attempt only),
+and the success callback runs for whichever deployment answered, a fallback group's included, with
+the request's metadata (and the PROTEUS decision in it) carried over from the failed attempts.
+
+``AttemptLedger`` keeps, per call, the PROTEUS picks whose outcome is not known yet (open
+attempts) and settles each from what is known first:
+
+- a failure callback that names a pick's deployment: that pick failed (the callback's error and
+  latency);
+- the router picking again for the call (``repicked``: a retry or a fallback) with LiteLLM's retry
+  breadcrumbs (``previous_models``) naming a pick's deployment: that pick failed (the breadcrumb
+  holds its error);
+- a success callback (``answered``): the pick of the deployment that answered succeeded; every other
+  open pick of the call failed (it did not give the answer: a fallback group's deployment, say, gave
+  it, and that answer is no pick's outcome);
+- the request ending in an error (``ended``: the proxy's post-call failure hook): its open picks failed.
+
+Calls are remembered (bounded, oldest first out) after their picks are settled, so a late or repeated
+callback settles nothing twice.  Thread-safe: Router SDK sync calls pick on a helper thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAX_CALLS = 50_000  # calls remembered per process; the oldest go first
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One PROTEUS pick of a call: the deployment it chose and the strategy that logged its decision
+    (whose decision log takes the outcome)."""
+
+    deployment_id: str
+    owner: Any = None
+
+
+class AttemptLedger:
+    def __init__(self, max_calls: int = MAX_CALLS):
+        self.max_calls = max_calls
+        self._calls: OrderedDict[str, list[Attempt]] = OrderedDict()  # open attempts, oldest first
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def known(self, call_id: str) -> bool:
+        """Whether a PROTEUS pick of this call was opened here (and is still remembered)."""
+        with self._lock:
+            return call_id in self._calls
+
+    def open(self, call_id: str, attempt: Attempt) -> None:
+        """A new pick for the call."""
+        with self._lock:
+            opened = self._calls.pop(call_id, [])
+            self._calls[call_id] = [*opened, attempt]
+            while len(self._calls) > self.max_calls:
+                self._calls.popitem(last=False)
+
+    def repicked(self, call_id: str, failed_ids: Sequence[str]) -> list[Attempt]:
+        """The router picks again for the call, and ``failed_ids`` (LiteLLM's retry breadcrumbs) name
+        the deployments that failed it: the open attempts of those deployments (returned) failed."""
+        with self._lock:
+            opened = self._calls.get(call_id)
+            if not opened or not failed_ids:
+                return []
+            closed = [a for a in opened if a.deployment_id in failed_ids]
+            self._calls[call_id] = [a for a in opened if a.deployment_id not in failed_ids]
+            return closed
+
+    def failed(self, call_id: str, deployment_id: str | None) -> Attempt | None:
+        """A failure callback for ``deployment_id``: the call's oldest open attempt of that deployment
+        (returned; None when there is none) failed."""
+        with self._lock:
+            opened = self._calls.get(call_id) or []
+            attempt = next((a for a in opened if deployment_id is not None and a.deployment_id == deployment_id), None)
+            if attempt is not None:
+                opened.remove(attempt)
+            return attempt
+
+    def answered(self, call_id: str, deployment_id: str | None) -> tuple[Attempt | None, list[Attempt]]:
+        """A success callback for ``deployment_id``: ``(the call's latest open attempt of that
+        deployment, which answered, or None; the call's other open attempts, which did not)``."""
+        with self._lock:
+            opened = self._calls.get(call_id) or []
+            served = next((a for a in reversed(opened) if deployment_id is not None and a.deployment_id == deployment_id), None)
+            if call_id in self._calls:
+                self._calls[call_id] = []
+            return served, [a for a in opened if a is not served]
+
+    def ended(self, call_id: str) -> list[Attempt]:
+        """The request ended in an error: its open attempts (returned) failed."""
+        with self._lock:
+            opened = self._calls.get(call_id) or []
+            if call_id in self._calls:
+                self._calls[call_id] = []
+            return opened
+
+
+# -- what LiteLLM says about an attempt --------------------------------------------------------------
+METADATA_KEYS = ("metadata", "litellm_metadata")
+
+
+def answering_deployment_id(kwargs: Mapping[str, Any]) -> str | None:
+    """The deployment a success/failure callback is about: LiteLLM puts the picked deployment's
+    ``model_info`` in the call's ``litellm_params`` (then its ``standard_logging_object.model_id``, and
+    the ``model_info`` in the request metadata, say the same)."""
+    params = kwargs.get("litellm_params")
+    params = params if isinstance(params, Mapping) else {}
+    candidates: list[Any] = [_id(params.get("model_info"))]
+    standard = kwargs.get("standard_logging_object")
+    if isinstance(standard, Mapping):
+        candidates.append(standard.get("model_id"))
+    for holder in (params, kwargs):
+        for key in METADATA_KEYS:
+            metadata = holder.get(key)
+            if isinstance(metadata, Mapping):
+                candidates.append(_id(metadata.get("model_info")))
+    return next((str(c) for c in candidates if isinstance(c, (str, int)) and not isinstance(c, bool) and str(c)), None)
+
+
+def _id(model_info: Any) -> Any:
+    return model_info.get("id") if isinstance(model_info, Mapping) else None
+
+
+def breadcrumb_error(metadatas: Sequence[Any], deployment_id: str) -> str | None:
+    """The error LiteLLM's retry breadcrumbs (``previous_models``, one record per failed attempt,
+    oldest first) hold for the latest failed attempt on ``deployment_id``, as ``Type: message``."""
+    error = None
+    for metadata in metadatas:
+        records = metadata.get("previous_models") if isinstance(metadata, Mapping) else None
+        for record in records if isinstance(records, (list, tuple)) else ():
+            if not isinstance(record, Mapping) or _breadcrumb_deployment(record) != deployment_id:
+                continue
+            kind, text = record.get("exception_type"), record.get("exception_string")
+            if kind or text:
+                error = f"{kind or 'Exception'}: {text or ''}"
+    return None if error is None else error[:1000]
+
+
+def _breadcrumb_deployment(record: Mapping[str, Any]) -> str | None:
+    value = record.get("deployment_id") or _id(record.get("model_info"))
+    return str(value) if value else None
+
+
+def metadatas_of(kwargs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The request metadata dicts of a call's kwargs (``metadata``, ``litellm_metadata``, also under
+    ``litellm_params`` as LiteLLM's callbacks carry them)."""
+    params = kwargs.get("litellm_params")
+    holders = [kwargs] + ([params] if isinstance(params, Mapping) else [])
+    return [h[k] for h in holders for k in METADATA_KEYS if isinstance(h.get(k), Mapping)]
+
+
+def error_text(exception: Any) -> str:
+    return f"{type(exception).__name__}: {exception}"[:1000] if exception is not None else "unknown error"
