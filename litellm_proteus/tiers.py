@@ -1,8 +1,20 @@
-"""Per-API-key SLA tiers in Redis, and the ``proteus tiers set|get|list|delete`` command.
+"""Per-API-key SLA tiers in Redis, and the ``proteus tiers set|get|list|delete|rehash`` command.
 
-Redis holds ``<key_prefix><key hash> -> <tier name>``.  The key hash is the one LiteLLM logs and
-stores for virtual keys (``litellm.proxy.utils.hash_token``: SHA-256 hex of the raw ``sk-...``
-key), so ``proteus tiers set sk-my-key premium`` and the proxy's ``user_api_key_hash`` agree.
+Redis holds ``<key_prefix><key hash> -> <tier name>``; a raw API key is never stored (``hash_key``).
+The key hash is LiteLLM's (``litellm.proxy.utils.hash_token``: the SHA-256 hex of the raw key), in
+the forms LiteLLM puts in a request's ``user_api_key_hash`` (``UserAPIKeyAuth.api_key``):
+
+- a virtual key ``sk-...``: its SHA-256 hex (64 lower-case hex digits);
+- the master key: LiteLLM's alias ``litellm_proxy_master_key`` (the key itself never leaves auth);
+- a JWT (three dot-separated parts): ``hashed-jwt-<SHA-256 hex>``;
+- a ``custom_auth`` key LiteLLM leaves as it is (any other string, e.g. ``acme-secret-key-123``):
+  PROTEUS hashes it (SHA-256 hex) wherever it matches or records a key: tier lookups, the decision
+  log's ``key_hash``, the Redis decision index.
+
+So ``proteus tiers set <raw key> premium`` and a request authenticated with that raw key meet at the
+same Redis key, and a key already in one of these forms passes through unchanged.  (A raw key that is
+itself 64 lower-case hex digits is taken for a hash, as LiteLLM's own code takes it: a ``custom_auth``
+issuing such keys should return ``hash_token(key)`` as ``api_key``, as ``static_keys`` does.)
 The proxy looks tiers up with a bounded timeout (``timeout_ms``); Redis trouble never fails a request:
 
 - each event loop's first connection is opened at proxy start-up (``warm``) and, if a request comes
@@ -12,6 +24,10 @@ The proxy looks tiers up with a bounded timeout (``timeout_ms``); Redis trouble 
   ``stale_ttl_s`` (bounded, least recently used dropped first) and served while Redis is slow or
   down (stale-if-error), so a Redis blip never moves a known key to another tier;
 - a key Redis never answered for gets the default tier while Redis is unreachable, with a warning.
+
+``proteus tiers set|get|delete`` refuse a key holding a control character; ``list`` prints such keys
+and tiers ``repr``-escaped and warns about raw keys in Redis, which ``rehash`` moves to their hashes
+(docs/resilience.md).
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import re
 import sys
 import threading
 import time
+import unicodedata
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -33,7 +50,9 @@ from typing import Any
 from .config import DEFAULT_TIERS, ProteusConfigError, RedisSettings, load_config_file
 
 logger = logging.getLogger("litellm_proteus.tiers")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")  # hash_token's output (fullmatch)
+_HASHED_JWT = re.compile(r"hashed-jwt-[0-9a-f]{64}")  # UserAPIKeyAuth's form of a JWT (fullmatch)
+MASTER_KEY_ALIAS = "litellm_proxy_master_key"  # litellm.constants.LITELLM_PROXY_MASTER_KEY_ALIAS
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 CACHE_MAX_ENTRIES = 10_000
 CLIENT_NAME = "litellm-proteus"  # how the proxy's connections show in Redis's CLIENT LIST
@@ -43,13 +62,26 @@ class TierStoreError(RuntimeError):
     """Redis could not answer (down, slow, refused)."""
 
 
+def is_key_hash(value: str) -> bool:
+    """Whether ``value`` is in a form LiteLLM gives a key in ``user_api_key_hash``: a SHA-256 hex
+    digest, ``hashed-jwt-<digest>`` or the master key's alias."""
+    return bool(_HEX64.fullmatch(value) or _HASHED_JWT.fullmatch(value)) or value == MASTER_KEY_ALIAS
+
+
 def hash_key(key_or_hash: str) -> str:
-    """LiteLLM's key hash: raw ``sk-...`` keys are SHA-256 hashed (``hash_token``); anything else is
-    taken as an already hashed key."""
+    """The key's hash as LiteLLM forms it (``UserAPIKeyAuth._safe_hash_litellm_api_key``: a leading
+    ``Bearer `` dropped, a JWT as ``hashed-jwt-<SHA-256>``, any other key its SHA-256 hex), a key
+    already in such a form unchanged (``is_key_hash``).  Unlike LiteLLM, a key that is not ``sk-...``
+    nor a JWT is hashed too: what this returns is never a raw key (but for 64 hex digits, taken for
+    a hash)."""
     key = key_or_hash.strip()
-    if key.startswith("sk-"):
-        return hashlib.sha256(key.encode()).hexdigest()
-    return key
+    token = key[7:] if key[:7].lower() == "bearer " else key
+    if is_key_hash(token):
+        return token
+    digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+    if not token.startswith("sk-") and len(token.split(".")) == 3:
+        return f"hashed-jwt-{digest}"
+    return digest
 
 
 @dataclass(frozen=True)
@@ -241,6 +273,31 @@ class TierStore:
     def delete(self, key_hash: str) -> bool:
         return bool(self._client().delete(self.redis_key(key_hash)))
 
+    def rehash(self) -> list[tuple[str, str, bool]]:
+        """Move each tier stored under a raw key (a Redis key whose suffix is not ``is_key_hash``: no
+        request matches it) to the key's hash and delete the raw one: ``(key hash, the raw key's
+        tier, moved)`` per raw key, ``moved`` False where the hash had a tier already (that one is
+        kept).  Keys that do not hold a string are left alone."""
+        import redis
+
+        client = self._client()
+        done: list[tuple[str, str, bool]] = []
+        for redis_key in client.scan_iter(match=f"{self.settings.key_prefix}*", count=500):
+            raw = redis_key[len(self.settings.key_prefix) :]
+            if is_key_hash(raw):
+                continue
+            try:
+                tier = client.get(redis_key)
+            except redis.exceptions.ResponseError:  # not a string (WRONGTYPE): not a tier
+                continue
+            if tier is None:
+                continue
+            key_hash = hash_key(raw)
+            moved = bool(client.set(self.redis_key(key_hash), tier, nx=True))
+            client.delete(redis_key)
+            done.append((key_hash, tier, moved))
+        return sorted(done)
+
     def list(self, limit: int = 10_000) -> list[tuple[str, str]]:
         """(key hash, tier) pairs; a key holding something other than a string shows as unreadable."""
         import redis
@@ -290,6 +347,20 @@ def release_unused(live: Any) -> int:
     return len(stale)
 
 
+def control_character(key: str) -> str | None:
+    """The first control character in ``key`` (``'\\n' at position 3``), or None.  No API key holds
+    one (an HTTP header cannot carry CR or LF), and one in a Redis key prints as a line of its own."""
+    for i, char in enumerate(key):
+        if unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            return f"{char!r} at position {i}"
+    return None
+
+
+def shown(text: str) -> str:
+    """``text`` for a line of CLI output: as it is, or ``repr``-escaped when it holds a control character."""
+    return repr(text) if control_character(text) is not None else text
+
+
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -310,7 +381,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The options are accepted after the action too; SUPPRESS keeps an absent one from
     # overwriting a value given before the action.
     set_p = actions.add_parser("set", help="assign a tier to an API key")
-    set_p.add_argument("key", metavar="KEY_OR_HASH", help="raw key (sk-...) or its LiteLLM hash")
+    set_p.add_argument(
+        "key", metavar="KEY_OR_HASH", help="the raw key (sk-... or a custom_auth key; stored hashed) or its LiteLLM hash"
+    )
     set_p.add_argument("tier")
     get_p = actions.add_parser("get", help="show a key's tier")
     get_p.add_argument("key", metavar="KEY_OR_HASH")
@@ -318,7 +391,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     del_p.add_argument("key", metavar="KEY_OR_HASH")
     list_p = actions.add_parser("list", help="list every key hash with a tier")
     list_p.add_argument("--limit", type=int, default=10_000)
-    for action_parser in (set_p, get_p, del_p, list_p):
+    rehash_p = actions.add_parser(
+        "rehash", help="move tiers stored under raw keys (not key hashes; no request matches them) to the keys' hashes"
+    )
+    for action_parser in (set_p, get_p, del_p, list_p, rehash_p):
         _common_options(action_parser, argparse.SUPPRESS)
 
 
@@ -345,6 +421,10 @@ def run(args: argparse.Namespace) -> int:
     store = TierStore(settings)
     import redis
 
+    if args.action in ("set", "get", "delete") and (problem := control_character(args.key)) is not None:
+        print(f"error: the API key holds a control character ({problem}); API keys hold none: pass the key as "
+              "clients send it", file=sys.stderr)
+        return 2
     try:
         if args.action == "set":
             if args.tier not in tiers:
@@ -364,9 +444,19 @@ def run(args: argparse.Namespace) -> int:
         elif args.action == "delete":
             key_hash = hash_key(args.key)
             print(f"{key_hash}\t{'deleted' if store.delete(key_hash) else 'had no tier'}")
+        elif args.action == "rehash":
+            moved = store.rehash()
+            for key_hash, tier, took in moved:
+                print(f"{key_hash}\t{shown(tier)}\t{'moved' if took else 'not moved: the hash has a tier already'}")
+            print(f"{len(moved)} raw key(s) rehashed", file=sys.stderr)
         else:
+            raw = 0
             for key_hash, tier in store.list(limit=args.limit):
-                print(f"{key_hash}\t{tier}")
+                raw += not is_key_hash(key_hash)
+                print(f"{shown(key_hash)}\t{shown(tier)}")
+            if raw:
+                print(f"warning: {raw} key(s) are raw keys, not key hashes: no request matches them; "
+                      f"`proteus tiers rehash` moves their tiers to their hashes", file=sys.stderr)
     except redis.exceptions.RedisError as exc:
         print(f"error: Redis at {store._where()}: {exc}", file=sys.stderr)
         return 1

@@ -258,3 +258,103 @@ def test_a_store_that_replaces_another_keeps_its_last_known_tiers_and_the_releas
     assert "k" not in other._last_known
     assert tiers.release_unused([s for s in tiers._shared_stores.values() if s is not old]) == 1
     assert old._sync_client is None and old not in tiers._shared_stores.values()
+
+
+# -- raw keys are never stored ---------------------------------------------------------------------
+RAW_KEY = "acme-secret-key-123"  # a custom_auth key: LiteLLM keeps it as it is in user_api_key_hash
+
+
+def litellm_key_hash(raw: str) -> str:
+    """What the proxy puts in a request's ``user_api_key_hash`` for a key its auth returned as
+    ``api_key`` (LiteLLM's own ``UserAPIKeyAuth`` and pre-call metadata code)."""
+    from litellm.proxy._types import UserAPIKeyAuth
+    from litellm.proxy.litellm_pre_call_utils import LiteLLMProxyRequestSetup
+
+    data = {"metadata": {}}
+    LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(data, UserAPIKeyAuth(api_key=raw), "metadata")
+    return data["metadata"]["user_api_key_hash"]
+
+
+@pytest.mark.parametrize("raw", [
+    "sk-alice",  # a virtual key: LiteLLM's SHA-256 hex
+    RAW_KEY,  # custom_auth: LiteLLM keeps it raw; PROTEUS hashes it
+    "AB" * 32,  # 64 hex digits in upper case: not hash_token's output
+    "header.payload.signature",  # a JWT: LiteLLM's hashed-jwt- form
+    "Bearer acme-secret-key-123",
+])
+def test_hash_key_never_returns_a_raw_key_and_agrees_with_litellm(raw):
+    from litellm.proxy.utils import hash_token
+
+    from litellm_proteus.tiers import is_key_hash
+
+    proxy_side = litellm_key_hash(raw)  # the request's user_api_key_hash
+    assert hash_key(raw) == hash_key(proxy_side)  # `proteus tiers set RAW` and the request meet
+    assert is_key_hash(hash_key(raw)) and raw.removeprefix("Bearer ") not in hash_key(raw)
+    assert hash_token(raw.removeprefix("Bearer ")) in hash_key(raw)  # LiteLLM's SHA-256
+
+
+def test_hashes_and_the_master_key_alias_pass_through():
+    from litellm.proxy.utils import hash_token
+
+    for already in (hash_token("sk-a"), f"hashed-jwt-{hash_token('a.b.c')}", "litellm_proxy_master_key"):
+        assert hash_key(already) == already == hash_key(litellm_key_hash(already))
+
+
+def test_cli_set_with_a_raw_key_and_a_request_with_it_meet_at_one_redis_key_holding_no_raw_key(redis_server, capsys):
+    import redis
+
+    assert main(["tiers", "--redis-url", redis_server.url, "set", RAW_KEY, "premium"]) == 0
+    assert RAW_KEY not in capsys.readouterr().out
+    # the strategy's lookup: TierStore.alookup(hash_key(request.key_hash)), key_hash from the metadata
+    store = TierStore(RedisSettings(url=redis_server.url))
+    lookup = asyncio.run(store.alookup(hash_key(litellm_key_hash(RAW_KEY))))
+    assert lookup.tier == "premium"
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    assert raw.keys("*") == [f"proteus:tier:{hash_key(RAW_KEY)}"]
+    assert main(["tiers", "--redis-url", redis_server.url, "list"]) == 0
+    out = capsys.readouterr()
+    assert RAW_KEY not in out.out + out.err and out.out.split() == [hash_key(RAW_KEY), "premium"]
+
+
+@pytest.mark.parametrize("key", ["sk-a\nfake-key\tpremium", "sk-a\r", "sk-\x1b[2Ja", "sk-a\u2028b", "sk-a\x85"])
+@pytest.mark.parametrize("action", [["set", "premium"], ["get"], ["delete"]])
+def test_cli_refuses_a_key_with_control_characters_in_one_line(redis_server, capsys, key, action):
+    import redis
+
+    assert main(["tiers", "--redis-url", redis_server.url, action[0], key, *action[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the API key holds a control character (") and err.count("\n") == 1
+    assert redis.Redis.from_url(redis_server.url).keys("*") == []
+
+
+def test_cli_list_prints_one_line_per_key_with_control_characters_escaped(redis_server, capsys):
+    import redis
+
+    raw = redis.Redis.from_url(redis_server.url)
+    raw.set("proteus:tier:x\nforged-key\tpremium", "economy")  # written by something other than the CLI
+    raw.set(f"proteus:tier:{hash_key('sk-b')}", "gold\r\nsk-c\tpremium")
+    assert main(["tiers", "--redis-url", redis_server.url, "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{hash_key('sk-b')}\t'gold\\r\\nsk-c\\tpremium'", "'x\\nforged-key\\tpremium'\teconomy"]
+
+
+def test_cli_rehash_moves_tiers_stored_under_raw_keys_to_their_hashes(redis_server, capsys):
+    import redis
+
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    raw.set(f"proteus:tier:{RAW_KEY}", "premium")  # written by redis-cli, say: no request matches it
+    raw.set("proteus:tier:other-key", "economy")
+    raw.set(f"proteus:tier:{hash_key('other-key')}", "standard")  # its hash has a tier: that one is kept
+    raw.set(f"proteus:tier:{hash_key('sk-a')}", "economy")
+    raw.set("proteus:tier:litellm_proxy_master_key", "premium")
+    url = ["tiers", "--redis-url", redis_server.url]
+    assert main([*url, "list"]) == 0
+    assert "2 key(s) are raw keys" in capsys.readouterr().err
+    assert main([*url, "rehash"]) == 0
+    out = capsys.readouterr()
+    assert RAW_KEY not in out.out and "2 raw key(s) rehashed" in out.err
+    assert sorted(raw.keys("*")) == sorted(f"proteus:tier:{k}" for k in (
+        hash_key(RAW_KEY), hash_key("other-key"), hash_key("sk-a"), "litellm_proxy_master_key"))
+    assert raw.get(f"proteus:tier:{hash_key(RAW_KEY)}") == "premium"
+    assert raw.get(f"proteus:tier:{hash_key('other-key')}") == "standard"
+    assert main([*url, "list"]) == 0 and capsys.readouterr().err == ""

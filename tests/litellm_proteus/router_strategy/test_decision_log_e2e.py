@@ -188,6 +188,30 @@ def test_the_compliance_report_reads_the_proxys_log(logged_proxy, tmp_path, caps
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
+def test_a_key_that_is_not_sk_is_stored_nowhere_raw_and_meets_its_cli_tier(logged_proxy, module_redis_server, capsys):
+    import redis
+
+    from litellm_proteus.tiers import hash_key
+
+    secret = "acme-secret-key-123"
+    assert proteus_cli(["tiers", "--redis-url", module_redis_server.url, "set", secret, "economy"]) == 0
+    response = logged_proxy.chat(secret)
+    assert (response.headers["x-proteus-tier"], response.headers["x-proteus-tau-source"]) == ("economy", "redis")
+    call_id = response.headers["x-litellm-call-id"]
+    assert wait_for_log(logged_proxy, [call_id])[call_id].decision["key_hash"] == hash_key(secret)
+    for path in log_dir(logged_proxy).iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+    client = redis.Redis.from_url(module_redis_server.url)
+    assert client.exists(f"proteus:decision:{call_id}")  # the decision index entry
+    read = {b"string": client.get, b"hash": client.hgetall, b"stream": client.xrange, b"list": lambda k: client.lrange(k, 0, -1),
+            b"set": client.smembers, b"zset": lambda k: client.zrange(k, 0, -1)}
+    for key in client.scan_iter("*"):
+        assert secret.encode() not in key + repr(read[client.type(key)](key)).encode(), key
+    capsys.readouterr()
+    assert proteus_cli(["tiers", "--redis-url", module_redis_server.url, "list"]) == 0
+    assert secret not in capsys.readouterr().out
+
+
 def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(logged_proxy, module_redis_server):
     module_redis_server.stop()
     call_ids = []

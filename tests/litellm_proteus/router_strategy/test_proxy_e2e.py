@@ -36,6 +36,7 @@ KEYS = {
     "sk-carol": {},  # tier from Redis (set by the test)
     "sk-dave": {},  # nothing anywhere: the default tier
     "sk-frank": {},  # first seen while Redis is down
+    "acme-secret-key-123": {},  # not sk-...: a custom_auth key is any string; its tier and log entries use its hash
 }
 
 

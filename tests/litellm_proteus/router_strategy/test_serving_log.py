@@ -281,3 +281,41 @@ def test_a_group_of_one_deployment_retries_it_after_a_failure(steerable_artifact
     headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(data, None, response))
     assert headers["x-proteus-model"] == "gpt-4-1106-preview" and "x-proteus-fallback" not in headers
     assert send_feedback("solo", 1.0)["call_id"] == "solo"
+
+
+def test_a_custom_auth_raw_key_reaches_no_file_and_no_redis_key_and_meets_its_cli_tier(steerable_artifact, tmp_path, upstream, redis_server):  # noqa: F811
+    """A ``custom_auth`` key LiteLLM keeps raw in ``user_api_key_hash`` (``acme-secret-key-123``): the
+    tier ``proteus tiers set`` gave the raw key applies, and the decision log line, the Redis decision
+    index and the tier's Redis key hold its hash only."""
+    import redis
+    from litellm.proxy._types import UserAPIKeyAuth
+    from litellm.proxy.litellm_pre_call_utils import LiteLLMProxyRequestSetup
+
+    from litellm_proteus.cli import main
+    from litellm_proteus.router_strategy.patch import active_strategy
+    from litellm_proteus.tiers import hash_key
+
+    secret = "acme-secret-key-123"
+    assert main(["tiers", "--redis-url", redis_server.url, "set", secret, "premium"]) == 0
+    directory = tmp_path / "log"
+    args = {"artifact": str(steerable_artifact), "tiers": {"premium": 0.9, "standard": 0.85},
+            "redis": {"url": redis_server.url, "timeout_ms": 500, "cache_ttl_s": 0},
+            "decision_log": {"dir": str(directory), "redis_stream": "proteus:decisions"}}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    data = {"metadata": {}}  # what the proxy's pre-call step puts in a request authenticated by custom_auth
+    LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(data, UserAPIKeyAuth(api_key=secret), "metadata")
+    assert data["metadata"]["user_api_key_hash"] == secret  # LiteLLM leaves such a key as it is
+    metadata = dict(data["metadata"])
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata=metadata, litellm_call_id="raw-key-call"))
+    assert (metadata["proteus"]["tier"], metadata["proteus"]["tier_source"]) == ("premium", "redis")
+    assert active_strategy().decision_log.flush()
+    [decision] = [r for r in iter_records(directory) if r["call_id"] == "raw-key-call" and r["type"] == "decision"]
+    assert decision["key_hash"] == hash_key(secret) != secret
+    for path in directory.iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.exists(b"proteus:decision:raw-key-call")  # the decision index entry
+    read = {b"string": client.get, b"hash": client.hgetall, b"stream": client.xrange, b"list": lambda k: client.lrange(k, 0, -1),
+            b"set": client.smembers, b"zset": lambda k: client.zrange(k, 0, -1)}
+    for key in client.scan_iter("*"):
+        assert secret.encode() not in key + repr(read[client.type(key)](key)).encode(), key
