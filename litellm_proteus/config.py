@@ -157,6 +157,10 @@ class DecisionLogSettings(BaseModel):
     queue_size: Integer = Field(10_000, ge=1, description="records waiting for the writer thread; more are dropped (counted)")
     log_prompts: StrictBool = Field(False, description="store the prompt text (its SHA-256 is always stored)")
     log_responses: StrictBool = Field(False, description="store the response text in outcome records")
+    file_mode: Literal["0600", "0640"] = Field(
+        "0600", description="mode of the log's files, whatever the umask: '0600' owner only, '0640' group read too; "
+        "a log directory PROTEUS makes gets 0700 / 0750 (quoted: YAML reads 0640 as a number)"
+    )
     redis_stream: str | None = Field(
         None, description="also XADD every record to this Redis stream (needs routing_strategy_args.redis)"
     )

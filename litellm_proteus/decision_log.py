@@ -12,6 +12,8 @@ latest outcome under ``<redis_key_prefix><call_id>:outcome``) for ``feedback_max
 that did not route a request can still accept (or refuse) its feedback; a
 failed file write does not keep a record from Redis.  Redis trouble never reaches the files: after a
 failed Redis write the writer skips Redis for ``redis.retry_after_s`` and counts what it skipped.
+The files are ``file_mode`` (0600, or 0640) and a folder the writer makes 0700 (0750), whatever the
+umask (``make_log_dir``, ``private_opener``; docs/decision-log.md, "Who can read the log").
 
 Records (schema 2; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
 ``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Schema 2 adds ``deployment_id``
@@ -238,6 +240,77 @@ def _head(text: str, max_chars: int) -> str:
     return text[:low]
 
 
+# -- file and directory modes ------------------------------------------------------------------------
+# Log lines hold key hashes, prompts and responses (log_prompts / log_responses): whatever the umask,
+# PROTEUS writes its files owner-only (decision_log.file_mode "0600", the default) or with group read
+# ("0640"), and makes the log directory it creates to match (0700 / 0750).  A directory that exists
+# keeps its mode (the operator's choice), with a warning when others can get in (once per process).
+FILE_MODES = {"0600": 0o600, "0640": 0o640}  # decision_log.file_mode -> the files' mode
+FILE_MODE = FILE_MODES["0600"]
+_open_dirs_warned: set[str] = set()
+
+
+def dir_mode(file_mode: int) -> int:
+    """The log directory's mode for files of ``file_mode``: owner rwx, group r-x where files are group-readable."""
+    return 0o700 | (0o050 if file_mode & 0o040 else 0)
+
+
+def dir_file_mode(directory: str | Path) -> int:
+    """The mode for a file written into an existing log directory by a process that has no settings
+    (``proteus feedback --log DIR``): group read (0640) where the directory lets its group in (0750, as
+    PROTEUS makes it for ``file_mode: "0640"``), else owner only (0600)."""
+    return FILE_MODES["0640"] if os.stat(directory).st_mode & 0o050 == 0o050 else FILE_MODE
+
+
+def private_opener(file_mode: int = FILE_MODE) -> Callable[[str, int], int]:
+    """An ``opener`` for ``open()``: a file it creates has ``file_mode`` whatever the umask (created with
+    it, so it is never more open, then ``fchmod``-ed, so the umask takes nothing from it)."""
+    def opener(path: str, flags: int) -> int:
+        fd = os.open(path, flags | os.O_CLOEXEC, file_mode)
+        try:
+            os.fchmod(fd, file_mode)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    return opener
+
+
+def make_log_dir(directory: str | Path, file_mode: int = FILE_MODE) -> None:
+    """Make ``directory`` with ``dir_mode(file_mode)`` whatever the umask (missing parents as ``mkdir -p``
+    makes them); a directory that exists keeps its mode, with a warning (once per process) when users
+    the mode leaves out can get in, or another user owns it."""
+    directory, mode = Path(directory), dir_mode(file_mode)
+    if not directory.is_dir():
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:  # made meanwhile (another worker), or not a directory
+            if not directory.is_dir():
+                raise
+        else:
+            os.chmod(directory, mode)  # the umask may have taken bits of it
+            return
+    _warn_if_open(directory, file_mode)
+
+
+def _warn_if_open(directory: Path, file_mode: int) -> None:
+    key = str(directory.resolve())
+    if key in _open_dirs_warned:
+        return
+    info, mode = directory.stat(), dir_mode(file_mode)
+    foreign = hasattr(os, "geteuid") and info.st_uid != os.geteuid()
+    if info.st_mode & 0o077 & ~mode or foreign:
+        _open_dirs_warned.add(key)
+        logger.warning(
+            "PROTEUS: the log directory %s %s (mode %04o, owner uid %d); PROTEUS writes its files there with "
+            "mode %04o, and leaves the directory as it is: `chmod %04o %s`%s closes it",
+            directory, "belongs to another user" if foreign else "lets other users in", info.st_mode & 0o7777,
+            info.st_uid, file_mode, mode, directory, " (and chown)" if foreign else "",
+        )
+
+
 class RotatingJsonl:
     """This process's JSONL files in ``directory``: a new file past ``max_bytes``; at most
     ``max_files`` of them (the oldest deleted).  Other processes' files are never touched.  ``prefix``
@@ -251,12 +324,17 @@ class RotatingJsonl:
 
     A file deleted while open (its folder removed) is noticed when the writer leaves it (a rotation)
     and at the end of each ``write_lines``: the lines that call put into it are written again into a
-    new file (the folder made again), once; lines of earlier calls are lost with the file."""
+    new file (the folder made again), once; lines of earlier calls are lost with the file.
 
-    def __init__(self, directory: str | Path, max_bytes: int, max_files: int, prefix: str = FILE_PREFIX):
+    Files are written with ``file_mode`` and a folder this makes gets ``dir_mode(file_mode)``,
+    whatever the umask (``make_log_dir``)."""
+
+    def __init__(self, directory: str | Path, max_bytes: int, max_files: int, prefix: str = FILE_PREFIX,
+                 file_mode: int = FILE_MODE):
         self.directory = Path(directory)
         self.prefix = prefix
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.file_mode = file_mode
+        make_log_dir(self.directory, file_mode)
         self.max_bytes, self.max_files = max_bytes, max_files
         self.files: list[Path] = []
         self._opened = 0  # numbers this process's files: unique even within one second
@@ -265,10 +343,10 @@ class RotatingJsonl:
 
     def _open_next(self) -> None:
         self.close()
-        self.directory.mkdir(parents=True, exist_ok=True)  # removed while the process ran: made again
+        make_log_dir(self.directory, self.file_mode)  # removed while the process ran: made again
         path = self.directory / log_file_name(os.getpid(), self._opened, prefix=self.prefix)
         self._opened += 1
-        self._handle = open(path, "ab", buffering=0)
+        self._handle = open(path, "ab", buffering=0, opener=private_opener(self.file_mode))
         self._size = os.fstat(self._handle.fileno()).st_size
         self.files.append(path)
         while len(self.files) > self.max_files:
@@ -419,7 +497,8 @@ class DecisionLogWriter:
                  owns_redis: bool = False):
         self.settings = settings
         self._owns_redis = owns_redis  # the client closes with the writer
-        self.files = RotatingJsonl(settings.dir, settings.max_bytes, settings.max_files) if settings.dir else None
+        self.files = RotatingJsonl(settings.dir, settings.max_bytes, settings.max_files,
+                                   file_mode=FILE_MODES[settings.file_mode]) if settings.dir else None
         self.redis = redis_client
         self.retry_after_s = retry_after_s
         self.dropped = 0

@@ -44,7 +44,7 @@ from typing import Any
 
 from . import shadow_metrics
 from .costs import CHARS_PER_TOKEN, deployment_prices
-from .decision_log import RotatingJsonl
+from .decision_log import FILE_MODES, RotatingJsonl
 from .judge_rubric import judge_messages, parse_score
 from .observability import RateLimitedWarnings
 from .shadow_budget import DailyBudget
@@ -109,10 +109,10 @@ class ShadowEvaluator:
     """One per process and configuration.  ``rng``: the sampling and candidate draws."""
 
     def __init__(self, settings: ShadowSettings, log_dir: str, max_bytes: int, max_files: int, budget: DailyBudget,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, file_mode: str = "0600"):
         self.settings = settings
         self.budget = budget
-        self.files = RotatingJsonl(log_dir, max_bytes, max_files, prefix=SHADOW_PREFIX)
+        self.files = RotatingJsonl(log_dir, max_bytes, max_files, prefix=SHADOW_PREFIX, file_mode=FILE_MODES[file_mode])
         self.rng = rng or random.Random()
         self.pending: OrderedDict[str, ShadowJob] = OrderedDict()
         self.tasks: set[asyncio.Task] = set()

@@ -72,13 +72,13 @@ def shared_shadow(config: ProteusConfig, replaces: ShadowEvaluator | None = None
     settings, log = config.shadow, config.decision_log
     if not settings.enabled or log is None or log.dir is None:
         return None
-    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{config.redis_url}"
+    key = f"{settings.model_dump_json()}|{log.dir}|{log.max_bytes}|{log.max_files}|{log.file_mode}|{config.redis_url}"
     with _lock:
         if key not in _shadows:
             client, retry = _redis(config, SHADOW_CLIENT_NAME)  # the budget's own: closed with the evaluator
             budget = DailyBudget(float(settings.daily_budget_usd), client, settings.redis_key_prefix, retry,
                                  redis_url=config.redis_url, replaces=replaces.budget if replaces is not None else None)
-            _shadows[key] = ShadowEvaluator(settings, log.dir, log.max_bytes, log.max_files, budget)
+            _shadows[key] = ShadowEvaluator(settings, log.dir, log.max_bytes, log.max_files, budget, file_mode=log.file_mode)
         return _shadows[key]
 
 

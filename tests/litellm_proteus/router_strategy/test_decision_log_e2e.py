@@ -7,7 +7,9 @@ fail on demand: every failed attempt has its outcome, a fallback group's answer 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import time
 
 import httpx
@@ -42,8 +44,12 @@ def two_worker_proxy(tmp_path_factory, artifact, redis_url: str, name: str, **st
 
 @pytest.fixture(scope="module")
 def logged_proxy(tmp_path_factory, steerable_artifact, module_redis_server):
-    proxy = two_worker_proxy(tmp_path_factory, steerable_artifact, module_redis_server.url, "logged-proxy",
-                             decision_log={"redis_stream": "proteus:decisions", "log_responses": True})
+    before = os.umask(0o022)  # the proxy starts under the common umask (a file made without a mode: 0644)
+    try:
+        proxy = two_worker_proxy(tmp_path_factory, steerable_artifact, module_redis_server.url, "logged-proxy",
+                                 decision_log={"redis_stream": "proteus:decisions", "log_responses": True})
+    finally:
+        os.umask(before)
     proxy.wait_ready()
     yield proxy
     proxy.stop()
@@ -210,6 +216,14 @@ def test_a_key_that_is_not_sk_is_stored_nowhere_raw_and_meets_its_cli_tier(logge
     capsys.readouterr()
     assert proteus_cli(["tiers", "--redis-url", module_redis_server.url, "list"]) == 0
     assert secret not in capsys.readouterr().out
+
+
+def test_the_log_folder_and_its_files_are_the_proxy_users_only(logged_proxy):
+    call_id = logged_proxy.chat("sk-alice").headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [call_id])  # its response is in the file (log_responses)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in log_dir(logged_proxy).iterdir()}
+    assert stat.S_IMODE(log_dir(logged_proxy).stat().st_mode) == 0o700
+    assert modes and set(modes.values()) == {0o600}, modes  # every worker's files
 
 
 def test_redis_killed_mid_run_fails_no_request_and_the_files_keep_every_request(logged_proxy, module_redis_server):
