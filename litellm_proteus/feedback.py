@@ -455,7 +455,8 @@ def send_feedback(
     - ``log_dir``: append it to a decision log folder (offline; checks the same rules);
     - neither: inside the proxy process, hand it to the live strategy.
 
-    Returns the proxy's JSON answer (``url``) or the decision record; raises FeedbackError."""
+    Returns the proxy's JSON answer (``url``), the decision record (``log_dir``) or, in the proxy
+    process, the decision's index entry (``decision_log.index_entry``); raises FeedbackError."""
     if url is not None:
         return _post_feedback(url, {"call_id": call_id, "score": score, "source": source}, api_key, timeout_s)
     if log_dir is not None:
