@@ -32,16 +32,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .decision_log import NO_OWNER
+
 MAX_CALLS = 50_000  # calls remembered per process; the oldest go first
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One PROTEUS pick of a call: the deployment it chose and the strategy that logged its decision
-    (whose decision log takes the outcome)."""
+    """One PROTEUS pick of a call: the deployment it chose, the strategy that logged its decision
+    (whose decision log takes the outcome) and the key hash of its decision (``key_hash``; the
+    feedback index takes the outcome only while that key owns the call id; ``NO_OWNER``: not known)."""
 
     deployment_id: str
     owner: Any = None
+    key_hash: Any = NO_OWNER
 
 
 class AttemptLedger:
@@ -132,9 +136,10 @@ def _id(model_info: Any) -> Any:
     return model_info.get("id") if isinstance(model_info, Mapping) else None
 
 
-def breadcrumb_error(metadatas: Sequence[Any], deployment_id: str) -> str | None:
+def breadcrumb_error(metadatas: Sequence[Any], deployment_id: str, message: bool = True) -> str | None:
     """The error LiteLLM's retry breadcrumbs (``previous_models``, one record per failed attempt,
-    oldest first) hold for the latest failed attempt on ``deployment_id``, as ``Type: message``."""
+    oldest first) hold for the latest failed attempt on ``deployment_id``, as ``Type: message``;
+    ``message`` False: the type only (an upstream's message may quote the request: ``error_text``)."""
     error = None
     for metadata in metadatas:
         records = metadata.get("previous_models") if isinstance(metadata, Mapping) else None
@@ -143,7 +148,7 @@ def breadcrumb_error(metadatas: Sequence[Any], deployment_id: str) -> str | None
                 continue
             kind, text = record.get("exception_type"), record.get("exception_string")
             if kind or text:
-                error = f"{kind or 'Exception'}: {text or ''}"
+                error = f"{kind or 'Exception'}: {text or ''}" if message else f"{kind or 'Exception'}{MESSAGE_LEFT_OUT}"
     return None if error is None else error[:1000]
 
 
@@ -160,5 +165,21 @@ def metadatas_of(kwargs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [h[k] for h in holders for k in METADATA_KEYS if isinstance(h.get(k), Mapping)]
 
 
-def error_text(exception: Any) -> str:
-    return f"{type(exception).__name__}: {exception}"[:1000] if exception is not None else "unknown error"
+MESSAGE_LEFT_OUT = " (message not logged: decision_log.log_prompts is false)"
+
+
+def error_text(exception: Any, message: bool = True) -> str:
+    """An attempt's error for its outcome record: ``Type: message`` (at most 1,000 characters);
+    ``message`` False (``decision_log.log_prompts`` off): an upstream's message may quote the request,
+    prompt included, so only the exception's type, its HTTP status and LiteLLM's error class are kept."""
+    if exception is None:
+        return "unknown error"
+    if message:
+        return f"{type(exception).__name__}: {exception}"[:1000]
+    kind = type(exception)
+    status = getattr(exception, "status_code", None)
+    parts = [f"HTTP {status}" if isinstance(status, int) and not isinstance(status, bool) else None]
+    if kind.__module__.startswith("litellm"):
+        parts.append(f"litellm.{kind.__name__}")
+    details = ", ".join(p for p in parts if p)
+    return f"{kind.__name__}{f' ({details})' if details else ''}{MESSAGE_LEFT_OUT}"

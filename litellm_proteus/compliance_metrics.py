@@ -11,7 +11,9 @@
 - ``proteus_decision_log_dropped_total``: decision log records that did not reach the log's file
   (writer queue full, a failed file write, a line over ``max_bytes`` even without its text fields);
 - ``proteus_decision_log_truncated_total``: records written with ``prompt`` / ``response`` cut to fit
-  ``max_bytes``.
+  ``max_bytes``;
+- ``proteus_call_id_conflicts_total``: decisions whose call id (a client-chosen ``x-litellm-call-id``)
+  was already indexed for another key: not indexed, they take no feedback from their key.
 
 With a compliance controller on the strategy (``strategy.compliance``), every gauge is read from its
 ``snapshot(state_key)`` (state shared through Redis).  Without one, or with compliance turned off,
@@ -99,6 +101,7 @@ class _Gauges:
         self.infeasible = gauge("proteus_infeasible", "1 when the tier's tau cannot be reached on the current window")
         self.dropped = Counter("proteus_decision_log_dropped", "decision log records that did not reach the log file")
         self.truncated = Counter("proteus_decision_log_truncated", "decision log records with text cut to fit max_bytes")
+        self.conflicts = Counter("proteus_call_id_conflicts", "decisions whose call id another key had already used")
         self.breaker = Gauge("proteus_breaker_open", "1 while the quality breaker leaves the deployment out",
                              ["deployment"], multiprocess_mode="livemostrecent")
         self.correction = Gauge("proteus_deployment_correction", "what the deployment correction adds to its predicted p",
@@ -321,6 +324,12 @@ def record_log_drop(n: int = 1) -> None:
     g = gauges()
     if g is not None and n > 0:
         g.dropped.inc(n)
+
+
+def record_call_id_conflict(n: int = 1) -> None:
+    g = gauges()
+    if g is not None and n > 0:
+        g.conflicts.inc(n)
 
 
 def record_log_truncated(n: int = 1) -> None:

@@ -172,6 +172,11 @@ class DecisionLogSettings(BaseModel):
     redis_key_prefix: str = "proteus:decision:"
     index_size: Integer = Field(100_000, ge=1, description="decisions kept in memory per process for feedback lookups")
     feedback_max_age_s: Number = Field(7 * 86400.0, gt=0, description="feedback for an older decision is refused (late)")
+    feedback_from: Literal["owner", "admin", "any"] = Field(
+        "owner",
+        description="who may score a call over HTTP: owner = the key that made the request, or a proxy admin; "
+        "admin = proxy admins only; any = every authenticated key",
+    )
 
     @model_validator(mode="after")
     def _a_sink(self) -> "DecisionLogSettings":

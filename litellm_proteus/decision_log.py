@@ -7,9 +7,12 @@ are written whole or not at all; no line is longer than ``max_bytes`` (a bigger 
 of its prompt / response text, marked ``prompt_truncated`` / ``response_truncated``).  Every record
 that does not reach the file (a full queue, a failed write such as a full disk, a record too large
 even without its text) is counted (``proteus_decision_log_dropped_total``) and logged.  With Redis
-configured, the writer also keeps each decision under ``<redis_key_prefix><call_id>`` (and the call's
-latest outcome under ``<redis_key_prefix><call_id>:outcome``) for ``feedback_max_age_s``, so a worker
-that did not route a request can still accept (or refuse) its feedback; a
+configured, the writer also keeps each decision's index entry (``index_entry``: what feedback needs,
+no prompt) and the call's latest outcome summary in one Redis hash per call, ``<redis_key_prefix><call_id>``
+(fields ``owner``, ``decision``, ``outcome``; the feedback desk adds ``feedback``), for
+``feedback_max_age_s``, so a worker that did not route a request can still accept (or refuse) its
+feedback.  The first key to index a call id owns it: a decision of another key under the same id
+(a client-chosen ``x-litellm-call-id``) does not replace it (counted, warned).  A
 failed file write does not keep a record from Redis.  Redis trouble never reaches the files: after a
 failed Redis write the writer skips Redis for ``redis.retry_after_s`` and counts what it skipped.
 The files are ``file_mode`` (0600, or 0640) and a folder the writer makes 0700 (0750), whatever the
@@ -40,9 +43,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .compliance_metrics import record_log_drop, record_log_truncated
+from .compliance_metrics import record_call_id_conflict, record_log_drop, record_log_truncated
 from .config import DecisionLogSettings, RedisSettings
 from .observability import RateLimitedWarnings
+from .request import short_repr
 
 logger = logging.getLogger("litellm_proteus.decision_log")
 SCHEMA = 2  # what is written
@@ -51,6 +55,15 @@ FILE_PREFIX = "decisions-"
 FILE_SUFFIX = ".jsonl"
 RECORD_TYPES = ("decision", "outcome", "feedback")
 _STOP = object()
+NO_OWNER: Any = object()  # an outcome submitted without the key of its decision
+
+
+@dataclass(frozen=True)
+class _Owned:
+    """A queued outcome with the key hash of its decision (``DecisionLogWriter.submit``)."""
+
+    record: dict[str, Any]
+    owner: Any
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -510,6 +523,8 @@ class DecisionLogWriter:
         # a timeout or an outage costs feedback on other workers only until Redis takes a write again
         self._index_backlog: deque[tuple[str, str]] = deque()
         self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
+        self.index_conflicts = 0  # decisions not indexed: their call id is another key's
+        self._owners: dict[int, Any] = {}  # the current batch's outcomes: id(record) -> owner
         self._warnings = RateLimitedWarnings(logger, 30.0)
         self._closed = False
         self._closing = threading.Lock()  # a submit that saw the writer open is queued before its stop
@@ -518,14 +533,17 @@ class DecisionLogWriter:
         self._thread.start()
         atexit.register(self.close)  # a worker stopping normally writes what is queued
 
-    def submit(self, record: dict[str, Any]) -> bool:
-        """Queue a record; False (and counted) when the queue is full or the writer is closed."""
+    def submit(self, record: dict[str, Any], owner: Any = NO_OWNER) -> bool:
+        """Queue a record; False (and counted) when the queue is full or the writer is closed.
+        ``owner``: for an outcome, the key hash of the decision it is the outcome of (its index
+        entry is kept only while that key owns the call id)."""
+        item: Any = record if owner is NO_OWNER else _Owned(record, owner)
         try:
             with self._closing:
                 if self._closed:
                     self._drop(1)
                     return False
-                self._queue.put_nowait(record)
+                self._queue.put_nowait(item)
             return True
         except queue.Full:
             self._drop(1)
@@ -578,7 +596,8 @@ class DecisionLogWriter:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            records = [r for r in batch if isinstance(r, dict)]
+            records = [r.record if isinstance(r, _Owned) else r for r in batch if isinstance(r, (dict, _Owned))]
+            self._owners = {id(r.record): r.owner for r in batch if isinstance(r, _Owned)}
             try:
                 self._write(records)
             except Exception as exc:  # nothing may kill the thread: later records may be written
@@ -665,10 +684,16 @@ class DecisionLogWriter:
         settings = self.settings
         stream = [line.rstrip("\n") for _, line in records] if settings.redis_stream else []
         if settings.redis_index:
-            self._index_backlog.extend(
-                (index_key(settings.redis_key_prefix, record),
-                 line.rstrip("\n") if record["type"] == "decision" else json.dumps(outcome_summary(record), separators=(",", ":")))
-                for record, line in records if record["type"] in ("decision", "outcome"))
+            for record, _ in records:
+                if record["type"] == "decision":
+                    self._index_backlog.append(("decision", index_key(settings.redis_key_prefix, record["call_id"]),
+                                                owner_token(record.get("key_hash")), compact(index_entry(record)),
+                                                record["call_id"]))
+                elif record["type"] == "outcome":
+                    owner = self._owners.get(id(record), NO_OWNER)
+                    self._index_backlog.append(("outcome", index_key(settings.redis_key_prefix, record["call_id"]),
+                                                "" if owner is NO_OWNER else owner_token(owner),
+                                                compact(outcome_summary(record)), record["call_id"]))
         overflow = len(self._index_backlog) - settings.queue_size  # bounded like the queue: the oldest go
         for _ in range(max(0, overflow)):
             self._index_backlog.popleft()
@@ -684,20 +709,64 @@ class DecisionLogWriter:
             pipe = self.redis.pipeline(transaction=False)
             for line in stream:
                 pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
-            for key, line in index:
-                pipe.set(key, line, ex=ttl)
-            pipe.execute()
+            for field, key, owner, payload, _ in index:
+                pipe.eval(INDEX_SCRIPT, 1, key, field, owner, payload, ttl)
+            results = pipe.execute()[len(stream):]
         except Exception as exc:  # redis.RedisError, OSError: the files still have every record
             self.redis_skipped += len(stream)  # a stream entry is not re-sent: it may have been added
             self._redis_down_until = time.monotonic() + self.retry_after_s
             self._warnings.warn("redis", "PROTEUS decision log: Redis write failed (files unaffected; the index is "
                                 "re-sent with the next write): %s", exc)
             return
-        for _ in index:
+        for (field, _, _, _, call_id), kept in zip(index, results):
             self._index_backlog.popleft()
+            if field == "decision" and not kept:
+                self.index_conflicts += 1
+                record_call_id_conflict()
+                self._warnings.warn("conflict", "PROTEUS decision log: call id %s is indexed for another key: this "
+                                    "decision is not indexed, and takes no feedback from its key (counted)",
+                                    short_repr(call_id))
 
 
-OUTCOME_INDEX_SUFFIX = ":outcome"
+# The Redis index: one hash per call id, ``<prefix><call_id>``, fields ``owner`` (the JSON of the key
+# hash that indexed it first), ``decision`` (its index entry), ``outcome`` (the latest outcome
+# summary) and ``feedback`` (the duplicate check).  No call id reaches another call's key or fields.
+INDEX_OWNER, INDEX_DECISION, INDEX_OUTCOME, INDEX_FEEDBACK = "owner", "decision", "outcome", "feedback"
+
+# KEYS[1]: the call's hash; ARGV: field (decision | outcome), owner token ("" = unknown), payload, ttl.
+# A decision sets the owner when there is none; neither is written over another owner's (returns 0).
+# A value of another type there (an index of an earlier release) is replaced.
+INDEX_SCRIPT = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
+local owner = redis.call('HGET', KEYS[1], 'owner')
+if owner and ARGV[2] ~= '' and owner ~= ARGV[2] then return 0 end
+if ARGV[1] == 'decision' then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'decision', ARGV[3])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+# The duplicate check: HSETNX ``feedback``; a hash with no expiry yet gets ``ttl`` (ARGV[1]).
+CLAIM_SCRIPT = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
+local fresh = redis.call('HSETNX', KEYS[1], 'feedback', '1')
+if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return fresh
+"""
+
+
+def owner_token(key_hash: Any) -> str:
+    """How the index names the key that owns a call id (``null`` for a decision without a key)."""
+    return json.dumps(key_hash)
+
+
+def compact(record: Mapping[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))
 
 
 def outcome_summary(outcome: Mapping[str, Any]) -> dict[str, Any]:
@@ -705,10 +774,23 @@ def outcome_summary(outcome: Mapping[str, Any]) -> dict[str, Any]:
     return {k: outcome.get(k) for k in ("schema", "type", "call_id", "ts", "deployment_id", "success", "error")}
 
 
-def index_key(prefix: str, record: Mapping[str, Any]) -> str:
-    """Where the Redis index keeps a decision (``<prefix><call_id>``) or its call's latest outcome
-    (``<prefix><call_id>:outcome``)."""
-    return prefix + record["call_id"] + (OUTCOME_INDEX_SUFFIX if record["type"] == "outcome" else "")
+INDEX_FIELDS = ("schema", "type", "call_id", "ts", "key_hash", "tier", "tau_source", "state_key", "tau",
+                "tau_effective", "model_group", "artifact")
+
+
+def index_entry(decision: Mapping[str, Any]) -> dict[str, Any]:
+    """What the feedback desk (in memory) and the Redis index keep of a decision: what the feedback
+    checks, ``on_feedback`` and the feedback answer read (state key, tau, key hash, time, the chosen
+    candidate as the only one), never the prompt or the other candidates."""
+    entry = {k: decision[k] for k in INDEX_FIELDS if k in decision}
+    entry["candidates"] = [dict(decision["candidates"][int(decision["chosen"])])]
+    entry["chosen"] = 0
+    return entry
+
+
+def index_key(prefix: str, call_id: str) -> str:
+    """The Redis hash of a call's index entries: ``<prefix><call_id>``."""
+    return prefix + call_id
 
 
 WRITE_TIMEOUT_S = 2.0  # the writer thread's Redis calls: off the request path, so a busy host is no outage

@@ -8,36 +8,52 @@ Three ways in, one set of rules (``FeedbackDesk.accept``):
 - ``POST /proteus/feedback`` on the proxy (``router_strategy/feedback_route.py``).
 
 A score that is not a number in [0, 1], a body with a field other than ``call_id``, ``score`` and
-``source``, a source longer than 64 characters (400), an unknown call id (404), a second score for the
-same call (409), a score for a call whose PROTEUS pick failed (409: the answer, if any, came from a
-fallback group, and the score would be charged to a deployment that did not answer) and a score for
-a decision older than ``decision_log.feedback_max_age_s`` (410) are refused with ``FeedbackError``
-and change nothing.  Accepted feedback is appended to the decision log and handed to the strategy's
-``on_feedback(decision_record, score)``.
+``source``, a source longer than 64 characters (400), an unknown call id (404), a caller that
+``decision_log.feedback_from`` does not let score the call (403: by default only the key that made
+the request, or a proxy admin), a second score for the same call (409), a score for a call whose
+PROTEUS pick failed (409: the answer, if any, came from a fallback group, and the score would be
+charged to a deployment that did not answer) and a score for a decision older than
+``decision_log.feedback_max_age_s`` (410) are refused with ``FeedbackError`` and change nothing.
+Accepted feedback is appended to the decision log and handed to the strategy's
+``on_feedback(decision_entry, score)``.  ``send_feedback`` inside the proxy process counts as a proxy
+admin; ``log_dir`` feedback checks no key (whoever may write the folder may label it).
 
-Where a decision is found: this process's bounded in-memory index (``decision_log.index_size``
-decisions, and each call's latest outcome), then, with ``routing_strategy_args.redis``, the keys the
-decision-log writer stores them under (``<redis_key_prefix><call_id>``, and the outcome, without its
-response text, under ``<redis_key_prefix><call_id>:outcome``, both kept ``feedback_max_age_s``), so
-any worker of any proxy instance can accept (or refuse) it.  Duplicates are refused across processes
-with one atomic ``SET NX`` per call id; without Redis, per process.
+Where a decision is found: with ``routing_strategy_args.redis``, the Redis index the decision-log
+writer keeps (one hash per call, ``<redis_key_prefix><call_id>``: the owning key, the decision's
+index entry, the latest outcome summary, and the duplicate check; kept ``feedback_max_age_s``), so
+any worker of any proxy instance can accept (or refuse) it; else, and while Redis has not indexed it
+yet or is down, this process's bounded in-memory index (``decision_log.index_size`` entries, and
+each call's latest outcome).  Only the entry (``decision_log.index_entry``: no prompt, no response,
+only the chosen candidate) is kept.  The first key to use a call id owns it (client-chosen
+``x-litellm-call-id`` headers may collide): a later decision of another key under it is neither
+indexed nor remembered, and takes no feedback from that key.  Duplicates are refused across
+processes with one atomic ``HSETNX`` per call; without Redis, per process.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import threading
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .config import DecisionLogSettings
+from .compliance_metrics import record_call_id_conflict
 from .decision_log import (
-    OUTCOME_INDEX_SUFFIX,
+    CLAIM_SCRIPT,
+    INDEX_DECISION,
+    INDEX_FEEDBACK,
+    INDEX_OUTCOME,
+    NO_OWNER,
     chosen_deployment_id,
+    index_entry,
+    index_key,
     outcome_summary,
     feedback_record,
     iter_records,
@@ -45,7 +61,10 @@ from .decision_log import (
     log_file_name,
     outcome_of,
 )
+from .observability import RateLimitedWarnings
 from .request import short_repr
+
+logger = logging.getLogger("litellm_proteus.feedback")
 
 FEEDBACK_ROUTE = "/proteus/feedback"
 FEEDBACK_SOURCES_MAX_LEN = 64
@@ -115,8 +134,32 @@ def parse_feedback_body(body: Any, default_source: str = "api") -> tuple[str, fl
     return call_id, score, parse_source(body.get("source", default_source))
 
 
+@dataclass(frozen=True)
+class FeedbackCaller:
+    """Who sends a feedback: ``key_hash`` is ``tiers.hash_key`` of the caller's key as LiteLLM logs
+    it (the hash the decision log stores for the request's key), ``admin`` a proxy admin."""
+
+    key_hash: str | None
+    admin: bool = False
+
+
+IN_PROCESS = FeedbackCaller(None, admin=True)  # send_feedback inside the proxy process: the operator's own code
+FEEDBACK_FROM_RULES = {
+    "owner": "only the key that made the request, or a proxy admin, may score it",
+    "admin": "only a proxy admin may score it",
+}
+
+
 class FeedbackDesk:
-    """Decisions this process routed (bounded), duplicate and age checks, and the hand-off to the log.
+    """Decisions this process routed (bounded), the owner, duplicate and age checks, and the hand-off
+    to the log.
+
+    It keeps each decision's index entry (``decision_log.index_entry``: no prompt, only the chosen
+    candidate), at most ``index_size`` of them.  The first key to route a call id owns it: a later
+    decision of another key under the same id (a client-chosen ``x-litellm-call-id``) is not
+    remembered (``remember`` says False; warned and counted), and its outcomes are not taken.  With
+    the Redis index, the index's entry is the call's (the first key's on any worker); this process's
+    own entry is used while the writer has not indexed it yet, and while Redis is down.
 
     ``redis`` is a sync ``redis.Redis`` or None; ``append`` queues a record in the decision log and
     says whether it was taken."""
@@ -125,22 +168,44 @@ class FeedbackDesk:
         self.settings = settings
         self.append = append
         self.redis = redis
+        self.conflicts = 0  # decisions not remembered: their call id was another key's
         self._decisions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()  # each call's latest outcome
         self._scored: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
+        self._warnings = RateLimitedWarnings(logger, 30.0)
 
-    def remember(self, decision: dict[str, Any]) -> None:
+    @property
+    def indexed(self) -> bool:
+        return self.redis is not None and self.settings.redis_index
+
+    def remember(self, decision: dict[str, Any]) -> bool:
+        """Keep ``decision``'s index entry; False (nothing kept) when its call id is remembered for another key."""
+        entry = index_entry(decision)
+        call_id = entry["call_id"]
         with self._lock:
-            self._decisions[decision["call_id"]] = decision
-            self._decisions.move_to_end(decision["call_id"])
-            while len(self._decisions) > self.settings.index_size:
-                self._decisions.popitem(last=False)
+            known = self._decisions.get(call_id)
+            if known is None or known.get("key_hash") == entry.get("key_hash"):  # a retry of the same key's call
+                self._decisions[call_id] = entry
+                self._decisions.move_to_end(call_id)
+                while len(self._decisions) > self.settings.index_size:
+                    self._decisions.popitem(last=False)
+                return True
+            self.conflicts += 1
+        if not self.indexed:  # with the Redis index, the writer counts it (once, on whichever worker)
+            record_call_id_conflict()
+            self._warnings.warn("conflict", "PROTEUS feedback: call id %s was used by another key first: this "
+                                "decision takes no feedback from its key (counted)", short_repr(call_id))
+        return False
 
-    def settle(self, outcome: dict[str, Any]) -> None:
+    def settle(self, outcome: dict[str, Any], owner: Any = NO_OWNER) -> None:
         """Remember ``outcome`` (its summary) as its call's latest: a score for a call whose pick failed
-        is refused."""
+        is refused.  ``owner``: the key hash of the decision it is the outcome of; an outcome of another
+        key's decision than the one remembered for the call id is not taken."""
         with self._lock:
+            known = self._decisions.get(outcome["call_id"])
+            if owner is not NO_OWNER and known is not None and known.get("key_hash") != owner:
+                return
             self._outcomes[outcome["call_id"]] = outcome_summary(outcome)
             self._outcomes.move_to_end(outcome["call_id"])
             while len(self._outcomes) > self.settings.index_size:
@@ -162,34 +227,63 @@ class FeedbackDesk:
                     table.popitem(last=False)
 
     def forget(self, decision: dict[str, Any]) -> None:
-        """Forget ``decision`` (this very record: a retry's later decision under the same call id
+        """Forget ``decision`` (this very decision: a retry's later decision under the same call id
         stays): the log did not keep it, so it takes no feedback here either."""
+        entry = index_entry(decision)
         with self._lock:
-            if self._decisions.get(decision["call_id"]) is decision:
-                del self._decisions[decision["call_id"]]
+            if self._decisions.get(entry["call_id"]) == entry:
+                del self._decisions[entry["call_id"]]
 
     def lookup(self, call_id: str) -> dict[str, Any] | None:
         return self.find(call_id)[0]
 
     def find(self, call_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        """(the call's decision, its latest outcome): from memory, else from the Redis index."""
+        """(the call's decision entry, its latest outcome): from the Redis index when it has the call,
+        else from memory."""
         with self._lock:
             decision, outcome = self._decisions.get(call_id), self._outcomes.get(call_id)
-        if decision is not None or self.redis is None or not self.settings.redis_index:
+        if not self.indexed:
             return decision, outcome
-        key = self.settings.redis_key_prefix + call_id
-        try:
-            line, outcome_line = self.redis.mget([key, key + OUTCOME_INDEX_SUFFIX])
-        except Exception as exc:  # Redis down: only this process's decisions can be found
-            raise FeedbackError(f"decision index unavailable (Redis: {exc}); retry later", 503) from exc
-        return (json.loads(line) if line else None), (json.loads(outcome_line) if outcome_line else outcome)
+        import redis as redis_lib
 
-    def accept(self, call_id: Any, score: Any, source: Any = "api", now: float | None = None) -> dict[str, Any]:
-        """Validate, record and return the decision the score is for; FeedbackError otherwise."""
+        try:
+            line, outcome_line = self.redis.hmget(index_key(self.settings.redis_key_prefix, call_id),
+                                                  [INDEX_DECISION, INDEX_OUTCOME])
+        except redis_lib.ResponseError:  # not a hash (an index of an earlier release): no entry
+            line = outcome_line = None
+        except Exception as exc:  # Redis down: only this process's decisions can be found
+            if decision is not None:
+                return decision, outcome
+            raise FeedbackError(f"decision index unavailable (Redis: {exc}); retry later", 503) from exc
+        indexed, indexed_outcome = _object(line, "ts", "candidates", "chosen"), _object(outcome_line, "ts")
+        if indexed is None:
+            return decision, outcome
+        if decision is not None and decision.get("key_hash") == indexed.get("key_hash") \
+                and float(decision["ts"]) >= float(indexed["ts"]):  # a retry the writer has not indexed yet
+            return decision, outcome if outcome is not None else indexed_outcome
+        mine = decision is not None and decision.get("key_hash") == indexed.get("key_hash")
+        return indexed, indexed_outcome if indexed_outcome is not None or not mine else outcome
+
+    def authorize(self, call_id: str, decision: dict[str, Any], caller: FeedbackCaller) -> None:
+        """FeedbackError (403) unless ``decision_log.feedback_from`` lets ``caller`` score ``decision``."""
+        rule = self.settings.feedback_from
+        if rule == "any" or caller.admin or (rule == "owner" and caller.key_hash == decision.get("key_hash")):
+            return
+        raise FeedbackError(
+            f"feedback for call_id {call_id!r} is refused: decision_log.feedback_from is {rule!r}: "
+            f"{FEEDBACK_FROM_RULES[rule]}",
+            403,
+            "call_id",
+        )
+
+    def accept(self, call_id: Any, score: Any, source: Any = "api", now: float | None = None,
+               caller: FeedbackCaller = IN_PROCESS) -> dict[str, Any]:
+        """Validate, record and return the decision entry the score is for; FeedbackError otherwise."""
         score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
         decision, outcome = self.find(call_id)
         if decision is None:
             raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it (or older than the index keeps)", 404, "call_id")
+        self.authorize(call_id, decision, caller)
         now = time.time() if now is None else now
         age = now - float(decision["ts"])
         if age > self.settings.feedback_max_age_s:
@@ -218,7 +312,8 @@ class FeedbackDesk:
         if self.redis is None:
             return
         try:
-            fresh = self.redis.set(self._claim_key(call_id), "1", nx=True, ex=max(1, int(self.settings.feedback_max_age_s)))
+            fresh = self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
+                                    max(1, int(self.settings.feedback_max_age_s)))
         except Exception:  # Redis down: this process's check above is what there is
             return
         if not fresh:
@@ -229,12 +324,20 @@ class FeedbackDesk:
             self._scored.pop(call_id, None)
         if self.redis is not None:
             try:
-                self.redis.delete(self._claim_key(call_id))
+                self.redis.hdel(index_key(self.settings.redis_key_prefix, call_id), INDEX_FEEDBACK)
             except Exception:
                 pass
 
-    def _claim_key(self, call_id: str) -> str:
-        return f"{self.settings.redis_key_prefix}{call_id}:feedback"
+
+def _object(line: Any, *required: str) -> dict[str, Any] | None:
+    """An index field's JSON object with the ``required`` fields; None for an absent field or anything else."""
+    if not line:
+        return None
+    try:
+        value = json.loads(line)
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) and all(k in value for k in required) else None
 
 
 def refuse_unanswered(call_id: str, decision: dict[str, Any], outcome: dict[str, Any]) -> None:
@@ -253,12 +356,13 @@ def refuse_unanswered(call_id: str, decision: dict[str, Any], outcome: dict[str,
     )
 
 
-def submit_to_strategy(strategy: Any, call_id: Any, score: Any, source: Any) -> dict[str, Any]:
-    """Accept feedback in the proxy process and hand it to the strategy's ``on_feedback``."""
+def submit_to_strategy(strategy: Any, call_id: Any, score: Any, source: Any,
+                       caller: FeedbackCaller = IN_PROCESS) -> dict[str, Any]:
+    """Accept feedback from ``caller`` in the proxy process and hand it to the strategy's ``on_feedback``."""
     desk = getattr(strategy, "feedback_desk", None)
     if desk is None:
         raise FeedbackError("feedback needs routing_strategy_args.decision_log in the proxy config", 404)
-    decision = desk.accept(call_id, score, source)
+    decision = desk.accept(call_id, score, source, caller=caller)
     strategy.on_feedback(decision, float(score))
     return decision
 
@@ -353,7 +457,8 @@ def send_feedback(
     - ``log_dir``: append it to a decision log folder (offline; checks the same rules);
     - neither: inside the proxy process, hand it to the live strategy.
 
-    Returns the proxy's JSON answer (``url``) or the decision record; raises FeedbackError."""
+    Returns the proxy's JSON answer (``url``), the decision record (``log_dir``) or, in the proxy
+    process, the decision's index entry (``decision_log.index_entry``); raises FeedbackError."""
     if url is not None:
         return _post_feedback(url, {"call_id": call_id, "score": score, "source": source}, api_key, timeout_s)
     if log_dir is not None:
@@ -366,5 +471,5 @@ def send_feedback(
     return submit_to_strategy(strategy, call_id, score, source)
 
 
-__all__ = ["FEEDBACK_FIELDS", "FEEDBACK_ROUTE", "FeedbackDesk", "FeedbackError", "parse_feedback_body", "send_feedback",
+__all__ = ["FEEDBACK_FIELDS", "FEEDBACK_ROUTE", "FeedbackCaller", "FeedbackDesk", "FeedbackError", "parse_feedback_body", "send_feedback",
            "submit_to_strategy"]

@@ -8,7 +8,10 @@ wrong key.  (LiteLLM virtual keys that are not proxy admins also need the route 
 ``allowed_routes``, as for any non-OpenAI route.)  A body that is not a JSON object (or is nested
 deeper than the JSON parser goes) is a 400 before authentication (LiteLLM's auth cannot read such a
 body).  Then ``parse_feedback_body``: fields other than ``call_id``, ``score`` and ``source`` are a
-400.  Answers: 200 with the decision's call id, state key and score; refusals in OpenAI's error
+400.  The caller (LiteLLM's ``UserAPIKeyAuth`` for the request: its key, hashed as the decision log
+stores a request's key, and whether it is a proxy admin, such as the master key) is checked against
+``decision_log.feedback_from`` (``caller_of``): by default only the key that made the request, or a
+proxy admin, may score it; anyone else gets a 403.  Answers: 200 with the decision's call id, state key and score; refusals in OpenAI's error
 shape with the status ``FeedbackError`` carries.
 """
 
@@ -22,7 +25,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from ..feedback import FEEDBACK_ROUTE, FeedbackError, parse_feedback_body, submit_to_strategy
+from ..feedback import FEEDBACK_ROUTE, FeedbackCaller, FeedbackError, parse_feedback_body, submit_to_strategy
+from ..tiers import hash_key
 
 logger = logging.getLogger("litellm_proteus.router")
 
@@ -49,7 +53,25 @@ async def require_json_object(request: Request) -> None:
         )
 
 
-async def proteus_feedback(request: Request) -> Any:
+def caller_of(auth: Any) -> FeedbackCaller:
+    """The feedback caller of LiteLLM's ``UserAPIKeyAuth``: its key as LiteLLM logs it on a request
+    (``user_api_key_hash``: the hashed virtual key, the master key's alias, a session token's key
+    alias), through ``tiers.hash_key`` as the decision log stores it; admin when its role is
+    ``proxy_admin``."""
+    from litellm.proxy._types import LitellmUserRoles
+
+    try:
+        from litellm.proxy.litellm_pre_call_utils import LiteLLMProxyRequestSetup
+
+        key = LiteLLMProxyRequestSetup.get_logged_api_key(auth)
+    except (ImportError, AttributeError):
+        key = getattr(auth, "api_key", None)
+    role = getattr(auth, "user_role", None)
+    admin = str(getattr(role, "value", role)) == LitellmUserRoles.PROXY_ADMIN.value
+    return FeedbackCaller(hash_key(key) if isinstance(key, str) and key else None, admin)
+
+
+async def proteus_feedback(request: Request, auth: Any) -> Any:
     from .patch import active_strategy
 
     body = await request.json()  # a JSON object: checked by require_json_object
@@ -59,7 +81,7 @@ async def proteus_feedback(request: Request) -> Any:
     try:
         call_id, score, source = parse_feedback_body(body)
         # Redis lookups are synchronous: keep them off the event loop
-        decision = await asyncio.to_thread(submit_to_strategy, strategy, call_id, score, source)
+        decision = await asyncio.to_thread(submit_to_strategy, strategy, call_id, score, source, caller_of(auth))
     except FeedbackError as exc:
         return error_response(str(exc), exc.status, exc.param)
     return {"call_id": decision["call_id"], "state_key": decision["state_key"], "score": score}
@@ -73,12 +95,15 @@ def register_feedback_route() -> bool:
         return False
     from litellm.proxy.auth.user_api_key_auth import user_api_key_auth
 
+    async def feedback_endpoint(request: Request, auth: Any = Depends(user_api_key_auth)) -> Any:
+        return await proteus_feedback(request, auth)
+
     router = APIRouter()
     router.add_api_route(
         FEEDBACK_ROUTE,
-        proteus_feedback,
+        feedback_endpoint,
         methods=["POST"],
-        dependencies=[Depends(require_json_object), Depends(user_api_key_auth)],
+        dependencies=[Depends(require_json_object)],
         tags=["proteus"],
     )
     app.include_router(router)

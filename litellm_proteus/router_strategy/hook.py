@@ -9,8 +9,10 @@ it:
   is not an array or an ``input`` that is neither a string nor an array, naming that field),
   before any routing work (``async_pre_call_hook``), for every request PROTEUS may route: its
   group's, or a fallback's;
-- drops a client-sent ``metadata.proteus`` (only the router may write the decision there) on every
-  request, and client-sent retry breadcrumbs (``previous_models``) on those PROTEUS may route;
+- drops the metadata fields the plugin itself sets (``PLUGIN_METADATA_KEYS``: ``proteus``, where only
+  the router may write the decision, and ``proteus_shadow_of``, which marks shadow and judge calls and
+  exempts them from shadow sampling) from every client request, and client-sent retry breadcrumbs
+  (``previous_models``) from those PROTEUS may route;
 - adds the decision headers to the response (``async_post_call_response_headers_hook``); when
   another deployment than PROTEUS's pick answered (a fallback group, after the pick failed), only
   ``x-proteus-fallback: <the group that answered>``: the decision headers describe a pick that did
@@ -32,6 +34,7 @@ from litellm.proxy._types import ProxyException
 
 from ..request import METADATA_KEYS, RequestShapeError, TauError, check_shape, request_tau, short_repr
 from ..observability import DecisionRecord
+from ..shadow import SHADOW_METADATA_KEY
 from .feedback_route import register_feedback_route
 from .patch import active_strategy
 from .serving_log import _deployment, log_outcome, log_request_failed
@@ -47,6 +50,10 @@ def decision_from_request(data: dict) -> DecisionRecord | None:
                 return record
     return None
 
+
+# Written into request metadata by the plugin only (the router's decision; the shadow and judge calls'
+# mark): a client's copy is forged.
+PLUGIN_METADATA_KEYS = (DECISION_METADATA_KEY, SHADOW_METADATA_KEY)
 
 # Written by LiteLLM's router during retries (``Router.log_retry``); a client that sends them could
 # shrink PROTEUS's candidate set to the deployments it wants.
@@ -69,8 +76,9 @@ class ProteusHook(CustomLogger):
         if strategy is None or not isinstance(data, dict):
             return None
         metadatas = [data[key] for key in METADATA_KEYS if isinstance(data.get(key), dict)]
-        for metadata in metadatas:  # on every group: the response headers are built from it
-            metadata.pop(DECISION_METADATA_KEY, None)
+        for metadata in metadatas:  # on every group: the response headers are built from the decision
+            for key in PLUGIN_METADATA_KEYS:
+                metadata.pop(key, None)
         if not strategy.reaches(data.get("model"), data.get("fallbacks")):
             return data
         for key in METADATA_KEYS:

@@ -181,11 +181,13 @@ def log_routed(
         log_prompt=strategy.config.decision_log.log_prompts,
     )
     # Remembered before it is queued, so the writer's forget (a record it cannot log) always comes after;
-    # a dropped decision takes no feedback (it would have no decision in the log).
-    strategy.feedback_desk.remember(record)
-    if not strategy.decision_log.submit(record):
+    # a dropped decision takes no feedback (it would have no decision in the log).  A call id another
+    # key used first (client-chosen) is not remembered: it stays that key's.
+    remembered = strategy.feedback_desk.remember(record)
+    if not strategy.decision_log.submit(record) and remembered:
         strategy.feedback_desk.forget(record)
-    attempts.open(record["call_id"], Attempt(deployment_id(scored[decision.index].deployment), strategy))
+    attempts.open(record["call_id"], Attempt(deployment_id(scored[decision.index].deployment), strategy,
+                                             record["key_hash"]))
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):
@@ -239,11 +241,19 @@ def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_co
         return
     record = outcome_record(call_id=call_id, deployment_id=attempt.deployment_id, success=success,
                             response_cost=response_cost, latency_ms=latency_ms, error=error, response=response)
-    strategy.decision_log.submit(record)
+    strategy.decision_log.submit(record, attempt.key_hash)
     if strategy.feedback_desk is not None:
-        strategy.feedback_desk.settle(record)
+        strategy.feedback_desk.settle(record, attempt.key_hash)
     if not success and getattr(strategy, "shadow", None) is not None:
         strategy.shadow.forget(call_id)  # only an answered pick is judged
+
+
+def _error_messages(attempt: Attempt) -> bool:
+    """Whether an outcome of ``attempt`` keeps its error's message: only with ``decision_log.log_prompts``
+    (an upstream's error message may quote the request, prompt included)."""
+    strategy = current_strategy(attempt.owner)
+    settings = getattr(getattr(strategy, "config", None), "decision_log", None)
+    return bool(getattr(settings, "log_prompts", False))
 
 
 def log_repick(request_kwargs: dict) -> None:
@@ -255,7 +265,8 @@ def log_repick(request_kwargs: dict) -> None:
         return
     metadatas = metadatas_of(request_kwargs)
     for attempt in attempts.repicked(str(call_id), failed_deployment_ids(*metadatas)):
-        error = breadcrumb_error(metadatas, attempt.deployment_id) or "the attempt failed (LiteLLM retried the request)"
+        error = breadcrumb_error(metadatas, attempt.deployment_id, _error_messages(attempt)) \
+            or "the attempt failed (LiteLLM retried the request)"
         _write_outcome(attempt, str(call_id), False, error=error)
 
 
@@ -266,7 +277,8 @@ def log_request_failed(request_data: Any, exception: Any) -> None:
         return
     metadatas = metadatas_of(request_data)
     for attempt in attempts.ended(str(call_id)):
-        error = breadcrumb_error(metadatas, attempt.deployment_id) or error_text(exception)
+        keep = _error_messages(attempt)
+        error = breadcrumb_error(metadatas, attempt.deployment_id, keep) or error_text(exception, keep)
         _write_outcome(attempt, str(call_id), False, error=error)
 
 
@@ -289,7 +301,8 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
             attempt, others = attempts.answered(call_id, answering)
             metadatas = metadatas_of(kwargs)
             for other in others:  # picks that did not give the answer (a fallback group's deployment did)
-                error = breadcrumb_error(metadatas, other.deployment_id) or f"deployment {answering} answered the call"
+                error = breadcrumb_error(metadatas, other.deployment_id, _error_messages(other)) \
+                    or f"deployment {answering} answered the call"
                 _write_outcome(other, call_id, False, error=error)
         else:
             attempt = attempts.failed(call_id, answering)
@@ -308,7 +321,7 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
     except (TypeError, AttributeError):
         latency_ms = None
     cost = kwargs.get("response_cost")
-    error = None if success else error_text(kwargs.get("exception"))
+    error = None if success else error_text(kwargs.get("exception"), owner.config.decision_log.log_prompts)
     shadow = getattr(owner, "shadow", None)
     if shadow is not None and success:  # a stream's callback carries the assembled response
         shadow.answered(call_id, kwargs.get("complete_streaming_response") or response,

@@ -23,6 +23,7 @@ from litellm_proteus.decision_log import (
     decision_record,
     feedback_record,
     iter_records,
+    index_entry,
     join_log,
     log_files,
     outcome_record,
@@ -125,8 +126,8 @@ def test_redis_stream_and_index_and_redis_dying_leaves_the_files_whole(tmp_path,
     admin = redis_lib.Redis.from_url(redis_server.url, decode_responses=True)
     entries = admin.xrange("proteus:decisions")
     assert [json.loads(fields["record"])["type"] for _, fields in entries] == ["decision", "outcome"]
-    assert json.loads(admin.get("proteus:decision:a"))["call_id"] == "a"
-    indexed = json.loads(admin.get("proteus:decision:a:outcome"))  # feedback checks the pick answered
+    assert json.loads(admin.hget("proteus:decision:a", "decision"))["call_id"] == "a"
+    indexed = json.loads(admin.hget("proteus:decision:a", "outcome"))  # feedback checks the pick answered
     assert (indexed["deployment_id"], indexed["success"]) == ("d2", True) and "response" not in indexed
     assert json.loads(entries[1][1]["record"])["response"] == "the answer"  # the stream has the whole record
     assert 0 < admin.ttl("proteus:decision:a") <= 7 * 86400
@@ -167,11 +168,11 @@ def test_index_entries_a_failed_write_missed_are_sent_with_the_next_one(tmp_path
     writer.submit(make_decision("lost-reply"))
     assert writer.flush()
     admin = redis_lib.Redis.from_url(redis_server.url, decode_responses=True)
-    assert admin.get("proteus:decision:lost-reply") is None  # the write timed out
+    assert admin.hget("proteus:decision:lost-reply", "decision") is None  # the write timed out
     writer.submit(make_decision("next"))
     assert writer.flush()
     writer.close()
-    assert {json.loads(admin.get(f"proteus:decision:{c}"))["call_id"] for c in ("lost-reply", "next")} == {"lost-reply", "next"}
+    assert {json.loads(admin.hget(f"proteus:decision:{c}", "decision"))["call_id"] for c in ("lost-reply", "next")} == {"lost-reply", "next"}
     assert writer.redis_skipped == 0  # nothing the index needs was given up
 
 
@@ -182,7 +183,7 @@ def test_the_index_backlog_is_bounded_by_the_queue_size(tmp_path, redis_server):
         writer.submit(make_decision(f"d{i}"))
         assert writer.flush()
     assert len(writer._index_backlog) == 3 and writer.redis_skipped == 2  # the oldest two given up, counted
-    assert [key for key, _ in writer._index_backlog] == [f"proteus:decision:d{i}" for i in (2, 3, 4)]
+    assert [entry[1] for entry in writer._index_backlog] == [f"proteus:decision:d{i}" for i in (2, 3, 4)]
     writer.close()
     assert writer.redis_skipped == 5 and not writer._index_backlog  # what closing could not send is counted
 
@@ -476,11 +477,11 @@ def test_a_decision_too_large_to_log_is_forgotten_by_the_feedback_desk(tmp_path)
     with pytest.raises(FeedbackError) as info:
         desk.accept("huge", 1.0)
     assert info.value.status == 404
-    assert desk.accept("fine", 1.0) is fine
+    assert desk.accept("fine", 1.0) == index_entry(fine)
     retried = make_decision("huge")  # a retry's decision under the same call id, remembered before the first is forgotten
     desk.remember(retried)
     desk.forget(huge)
-    assert desk.lookup("huge") is retried
+    assert desk.lookup("huge") == index_entry(retried)
     writer.close()
 
 

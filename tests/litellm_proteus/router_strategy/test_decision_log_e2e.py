@@ -123,11 +123,15 @@ def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_real
     assert post(["not", "an", "object"]).status_code == 400
     PREMIUM = f"tier:premium@{TIER_TAU['premium']:.4g}"  # the state key: tier and tau
     before = gauge(metrics(logged_proxy), "proteus_realised_labels", PREMIUM) or 0.0
-    accepted = post({"call_id": call_id, "score": 0.25, "source": "judge"})
+    for _ in range(4):  # whichever worker answers, another key may not score Alice's call
+        foreign = post({"call_id": call_id, "score": 0.0})
+        assert foreign.status_code == 403 and "feedback_from is 'owner'" in foreign.json()["error"]["message"]
+    assert (gauge(metrics(logged_proxy), "proteus_realised_labels", PREMIUM) or 0.0) == before
+    accepted = post({"call_id": call_id, "score": 0.25, "source": "judge"}, key="sk-alice")
     assert accepted.status_code == 200, accepted.text
     assert accepted.json() == {"call_id": call_id, "state_key": PREMIUM, "score": 0.25}
     for _ in range(4):  # whichever worker answers, the second score for this call is refused
-        assert post({"call_id": call_id, "score": 1.0}).status_code == 409
+        assert post({"call_id": call_id, "score": 1.0}, key="sk-alice").status_code == 409
     text = metrics(logged_proxy)
     assert gauge(text, "proteus_realised_labels", PREMIUM) == before + 1
     assert gauge(text, "proteus_realised_accuracy", PREMIUM) is not None
@@ -159,6 +163,56 @@ def test_feedback_over_http_is_authenticated_validated_logged_and_moves_the_real
     assert (rows[call_id].feedback, rows[second].feedback, rows[third].feedback) == (0.25, 1.0, 0.0)
     sources = [r["source"] for r in iter_records(log_dir(logged_proxy)) if r["type"] == "feedback"]
     assert sorted(sources) == ["cli", "judge", "python"]
+
+
+def chat_as(proxy: Proxy, key: str, call_id: str) -> httpx.Response:
+    """A chat request whose call id the client chooses (LiteLLM takes an ``x-litellm-call-id`` header)."""
+    body = {"model": "proteus-auto", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    response = httpx.post(proxy.base + "/v1/chat/completions", json=body, timeout=60,
+                          headers={"Authorization": f"Bearer {key}", "x-litellm-call-id": call_id})
+    assert response.status_code == 200 and response.headers["x-litellm-call-id"] == call_id, response.text
+    return response
+
+
+def test_feedback_comes_from_the_requesting_key_or_the_master_key_and_a_client_chosen_id_stays_its_first_keys(
+        logged_proxy):
+    url = logged_proxy.base + FEEDBACK_ROUTE
+
+    def post(call_id, key, score=1.0):
+        return httpx.post(url, json={"call_id": call_id, "score": score}, timeout=30,
+                          headers={"Authorization": f"Bearer {key}"})
+
+    mine = logged_proxy.chat("sk-dave").headers["x-litellm-call-id"]
+    wait_for_log(logged_proxy, [mine])
+    assert post(mine, "sk-bob").status_code == 403
+    assert post(mine, logged_proxy.master_key).status_code == 200  # a proxy admin
+    assert post(mine, "sk-dave").status_code == 409
+    tag = str(time.time_ns())
+    # an id that looks like the index's own keys: a call id of its own, marking nothing
+    chat_as(logged_proxy, "sk-alice", f"order-{tag}:feedback")
+    chat_as(logged_proxy, "sk-alice", f"order-{tag}")
+    wait_for_log(logged_proxy, [f"order-{tag}", f"order-{tag}:feedback"])
+    assert post(f"order-{tag}", "sk-alice").status_code == 200
+    for suffix in (":outcome", ":decision", ":owner", ":x"):
+        answer = post(f"order-{tag}{suffix}", "sk-alice")
+        assert answer.status_code == 404 and answer.json()["error"]["param"] == "call_id", answer.text
+    assert post(f"order-{tag}:feedback", "sk-alice").status_code == 200
+    # Bob's request reuses Alice's call id, on either worker: the id stays Alice's
+    chat_as(logged_proxy, "sk-alice", f"shared-{tag}")
+    wait_for_log(logged_proxy, [f"shared-{tag}"])
+    for _ in range(3):
+        chat_as(logged_proxy, "sk-bob", f"shared-{tag}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(r["type"] == "decision" and r["call_id"] == f"shared-{tag}"
+                                              for r in iter_records(log_dir(logged_proxy))) < 4:
+        time.sleep(0.2)
+    time.sleep(0.5)  # the index writes follow the file writes
+    for _ in range(4):
+        assert post(f"shared-{tag}", "sk-bob").status_code == 403
+    answer = post(f"shared-{tag}", "sk-alice")
+    assert answer.status_code == 200 and answer.json()["state_key"] == f"tier:premium@{TIER_TAU['premium']:.4g}"
+    conflicts = re.search(r"^proteus_call_id_conflicts_total (\S+)$", metrics(logged_proxy), re.M)
+    assert conflicts and float(conflicts.group(1)) >= 3  # each of Bob's decisions: logged, not indexed, counted
 
 
 def test_malformed_feedback_bodies_are_400s_that_say_what_is_wrong(logged_proxy):
@@ -353,7 +407,7 @@ def failover_proxy(tmp_path_factory, steerable_artifact, failover_upstream):
     args = router["routing_strategy_args"]
     del args["redis"]
     args.update(groups=["proteus-auto", "proteus-solo"], compliance={"enabled": False},
-                decision_log={"dir": str(workdir / "log"), "log_responses": True})
+                decision_log={"dir": str(workdir / "log"), "log_responses": True, "log_prompts": True})  # errors keep their message
     proxy = Proxy(workdir, config)
     proxy.wait_ready()
     yield proxy

@@ -94,6 +94,20 @@ def test_client_cannot_plant_a_decision():
     assert pre_call(data) is data and "proteus" not in data["metadata"]
 
 
+@pytest.mark.parametrize("model", ["proteus-auto", "plain"])
+@pytest.mark.parametrize("field", ["metadata", "litellm_metadata"])
+def test_every_metadata_field_the_plugin_sets_is_dropped_from_a_client_request(model, field):
+    from litellm_proteus.router_strategy.hook import PLUGIN_METADATA_KEYS
+    from litellm_proteus.router_strategy.serving_log import _is_shadow_call
+
+    assert set(PLUGIN_METADATA_KEYS) == {"proteus", "proteus_shadow_of"}
+    forged = {"proteus": RECORD.to_dict(), "proteus_shadow_of": "someone-elses-call", "tau": 0.8}
+    data = {"model": model, field: dict(forged), "messages": [{"role": "user", "content": "hi"}]}
+    assert _is_shadow_call(data)  # what the client wanted: its request exempt from shadow sampling
+    assert pre_call(data) is data and data[field] == {"tau": 0.8}
+    assert not _is_shadow_call(data)
+
+
 def test_headers_come_from_the_routers_decision():
     headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(
         data={"metadata": {"proteus": RECORD.to_dict()}}, user_api_key_dict=None, response=None))

@@ -226,7 +226,8 @@ def test_every_failed_attempt_of_a_retried_call_has_its_failure_outcome(steerabl
     assert picks == ["gpt-4-1106-preview", "mixtral-8x7b-chat", "mistral-7b-chat"]
     assert outcomes_of(directory, "retried-twice") == [(picks[0], False), (picks[1], False), (picks[2], True)]
     failures = [r for r in iter_records(directory) if r["type"] == "outcome" and not r["success"]]
-    assert all("upstream down" in r["error"] for r in failures), failures
+    # without log_prompts an error keeps its type, not the upstream's message (it may quote the prompt)
+    assert all("upstream down" not in r["error"] and r["error"].startswith("InternalServerError (") for r in failures), failures
     [row] = [r for r in join_log(directory) if r.call_id == "retried-twice"]
     assert row.outcome["success"] is True and row.outcome["deployment_id"] == "mistral-7b-chat"
     assert row.outcome["response"] == "mistralai/mistral-7b-chat"
@@ -258,7 +259,7 @@ def test_a_fallback_groups_answer_is_no_outcome_of_the_failed_pick(steerable_art
     assert outcomes_of(directory, "fell-back") == [(picks[0], False), (picks[1], False)]  # plain's answer is neither's
     [row] = [r for r in join_log(directory) if r.call_id == "fell-back"]
     assert row.outcome["success"] is False and row.outcome["deployment_id"] == picks[1]
-    assert "upstream down" in row.outcome["error"]
+    assert "upstream down" not in row.outcome["error"] and "InternalServerError" in row.outcome["error"]
     headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(data, None, response))
     assert headers == {"x-proteus-fallback": "plain"}  # no x-proteus-model: the pick did not answer
     with pytest.raises(FeedbackError) as info:  # the score would be plain's answer charged to the pick
