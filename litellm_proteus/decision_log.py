@@ -843,8 +843,16 @@ def supersedes(record: Mapping[str, Any], previous: Mapping[str, Any] | None) ->
     """Whether ``record`` replaces ``previous`` as its call's record of the same type (decision,
     outcome or feedback): the latest by ``ts`` wins; of two with the same ``ts``, the one read later
     (files in time order, lines in file order).  ``join_log`` and the trainer's decision-log loader
-    (``train/data/decision_log.py``) both keep records by this rule."""
-    return previous is None or float(record["ts"]) >= float(previous["ts"])
+    (``train/data/decision_log.py``) both keep records by this rule.  A call id is its first key's,
+    as in the feedback index: a decision of another key under it (a client-chosen
+    ``x-litellm-call-id`` used twice) replaces none of that key's, and its feedback is refused."""
+    if previous is None:
+        return True
+    if record.get("type") == "decision":
+        owner, other = previous.get("key_hash"), record.get("key_hash")
+        if owner and other and owner != other:
+            return float(record["ts"]) < float(previous["ts"])  # the earlier key owns the id
+    return float(record["ts"]) >= float(previous["ts"])
 
 
 @dataclass

@@ -232,6 +232,21 @@ def test_join_log_pairs_the_latest_decision_outcome_and_feedback(tmp_path):
     assert y.outcome is None and y.feedback is None
 
 
+def test_join_log_keeps_a_call_id_with_the_first_key_that_used_it(tmp_path):
+    """A client-chosen call id sent by two keys is the first key's, as in the feedback index: the
+    other key's later decision replaces none of the first key's (whose retry still does)."""
+    directory = tmp_path / "log"
+    directory.mkdir()
+    alice = {**make_decision("order-1", ts=10.0, p=0.7), "key_hash": "alice"}
+    bob = {**make_decision("order-1", ts=11.0, p=0.5), "key_hash": "bob"}
+    retry = {**make_decision("order-1", ts=12.0, p=0.9), "key_hash": "alice"}
+    for order in ([alice, bob], [bob, alice], [alice, bob, retry]):  # files read in any order
+        (directory / "decisions-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in order))
+        [row] = join_log(directory)
+        assert row.decision["key_hash"] == "alice"
+        assert row.decision["ts"] == max(r["ts"] for r in order if r["key_hash"] == "alice")
+
+
 def test_join_log_pairs_a_decision_with_the_outcome_of_its_own_pick(tmp_path):
     """A retried call has a failure outcome per failed attempt; a fallback group's answer is no pick's
     outcome, so the pick keeps its failure; schema 1 records (no deployment) read as schema 1 readers read them."""

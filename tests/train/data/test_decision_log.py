@@ -176,6 +176,14 @@ def test_a_repeated_call_id_keeps_its_latest_records_by_ts_like_join_log(tmp_pat
     assert served["r"].outcome["response_cost"] == log.costs[row, 2] and served["r"].feedback == log.scores[row, 2]
 
 
+def test_a_call_id_two_keys_used_trains_on_the_first_keys_decision(tmp_path):
+    # the feedback index takes labels only from the first key: the label is of that key's decision
+    records = [{**decision("order-1", 1.0, 0), "key_hash": "alice"}, {**decision("order-1", 2.0, 2), "key_hash": "bob"},
+               feedback("order-1", 3.0, 1.0)]
+    log = load_logs(write(tmp_path / "decisions-20260101T000000-1-0.jsonl", records))
+    assert log.logged_choice[log.sample_ids.index("order-1")] == 0
+
+
 def test_an_outcome_pairs_with_the_decision_whose_pick_it_names(tmp_path):
     """Schema 2 outcomes name their deployment: a retried call's earlier failure is not its answer's
     cost, and a fallback group's answer (no outcome of any pick) leaves the pick's failure as its
