@@ -22,6 +22,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def redis_holds(client, secret: str) -> list:
+    """The keys of ``client``'s Redis whose name or value holds ``secret`` (every data type read)."""
+    read = {b"string": client.get, b"hash": client.hgetall, b"stream": client.xrange,
+            b"list": lambda k: client.lrange(k, 0, -1), b"set": client.smembers, b"zset": lambda k: client.zrange(k, 0, -1)}
+    return [key for key in client.scan_iter("*") if secret.encode() in key + repr(read[client.type(key)](key)).encode()]
+
+
 @dataclass
 class RedisServer:
     process: subprocess.Popen
