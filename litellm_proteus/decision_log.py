@@ -186,7 +186,7 @@ def outcome_of(decision: Mapping[str, Any], outcome: Mapping[str, Any]) -> bool:
     An outcome that names its deployment (schema 2) is the pick's when the decision chose that
     deployment and the outcome is not older than the decision: a retried call has a failure outcome
     per failed attempt, and a fallback group's answer is no outcome of any pick.  One that names none
-    (schema 1, or an unknown deployment) is taken for the call's decision, as schema 1 readers did."""
+    (schema 1, or an unknown deployment) is taken for the call's decision, as the schema 1 rule reads it."""
     deployment = outcome.get("deployment_id")
     if deployment is None:
         return True

@@ -26,7 +26,8 @@ The proxy looks tiers up with a bounded timeout (``timeout_ms``); Redis trouble 
 - a key Redis never answered for gets the default tier while Redis is unreachable, with a warning.
 
 ``proteus tiers set|get|delete`` refuse a key holding a control character; ``list`` prints such keys
-and tiers ``repr``-escaped and warns about raw keys in Redis, which ``rehash`` moves to their hashes
+and tiers ``repr``-escaped and warns about raw keys in Redis, which ``rehash`` moves to their hashes;
+a request whose raw key has no tier under its hash finds one under the raw key, with a warning
 (docs/resilience.md).
 """
 
@@ -45,7 +46,7 @@ import unicodedata
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Collection
 
 from .config import DEFAULT_TIERS, ProteusConfigError, RedisSettings, load_config_file
 
@@ -273,11 +274,12 @@ class TierStore:
     def delete(self, key_hash: str) -> bool:
         return bool(self._client().delete(self.redis_key(key_hash)))
 
-    def rehash(self) -> list[tuple[str, str, bool]]:
-        """Move each tier stored under a raw key (a Redis key whose suffix is not ``is_key_hash``: no
-        request matches it) to the key's hash and delete the raw one: ``(key hash, the raw key's
-        tier, moved)`` per raw key, ``moved`` False where the hash had a tier already (that one is
-        kept).  Keys that do not hold a string are left alone."""
+    def rehash(self, tiers: Collection[str]) -> list[tuple[str, str, bool]]:
+        """Move each tier stored under a raw key (a Redis key whose suffix is not ``is_key_hash``) to
+        the key's hash and delete the raw one: ``(key hash, the raw key's tier, moved)`` per raw key,
+        ``moved`` False where the hash had a tier already (that one is kept).  Only values that name
+        one of ``tiers`` are tiers: under a ``key_prefix`` another subsystem shares, its keys (not
+        strings, or strings that name no tier) are left alone."""
         import redis
 
         client = self._client()
@@ -290,7 +292,7 @@ class TierStore:
                 tier = client.get(redis_key)
             except redis.exceptions.ResponseError:  # not a string (WRONGTYPE): not a tier
                 continue
-            if tier is None:
+            if tier is None or tier not in tiers:
                 continue
             key_hash = hash_key(raw)
             moved = bool(client.set(self.redis_key(key_hash), tier, nx=True))
@@ -392,7 +394,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     list_p = actions.add_parser("list", help="list every key hash with a tier")
     list_p.add_argument("--limit", type=int, default=10_000)
     rehash_p = actions.add_parser(
-        "rehash", help="move tiers stored under raw keys (not key hashes; no request matches them) to the keys' hashes"
+        "rehash", help="move tiers stored under raw keys (not key hashes) to the keys' hashes (values naming a tier only)"
     )
     for action_parser in (set_p, get_p, del_p, list_p, rehash_p):
         _common_options(action_parser, argparse.SUPPRESS)
@@ -445,7 +447,7 @@ def run(args: argparse.Namespace) -> int:
             key_hash = hash_key(args.key)
             print(f"{key_hash}\t{'deleted' if store.delete(key_hash) else 'had no tier'}")
         elif args.action == "rehash":
-            moved = store.rehash()
+            moved = store.rehash(tiers)
             for key_hash, tier, took in moved:
                 print(f"{key_hash}\t{shown(tier)}\t{'moved' if took else 'not moved: the hash has a tier already'}")
             print(f"{len(moved)} raw key(s) rehashed", file=sys.stderr)
@@ -455,8 +457,8 @@ def run(args: argparse.Namespace) -> int:
                 raw += not is_key_hash(key_hash)
                 print(f"{shown(key_hash)}\t{shown(tier)}")
             if raw:
-                print(f"warning: {raw} key(s) are raw keys, not key hashes: no request matches them; "
-                      f"`proteus tiers rehash` moves their tiers to their hashes", file=sys.stderr)
+                print(f"warning: {raw} key(s) are raw keys, not key hashes: a request finds them by a second "
+                      f"lookup, with a warning; `proteus tiers rehash` moves their tiers to their hashes", file=sys.stderr)
     except redis.exceptions.RedisError as exc:
         print(f"error: Redis at {store._where()}: {exc}", file=sys.stderr)
         return 1

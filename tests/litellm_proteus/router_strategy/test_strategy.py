@@ -120,8 +120,8 @@ def test_failed_deployment_is_never_repicked(router, upstream):
 
 
 def test_a_group_of_one_deployment_tries_it_again_after_a_failure(steerable_artifact, upstream):
-    """As LiteLLM's own strategies do; left out, the retry had no candidate and answered a 429 about
-    cooldowns that do not exist."""
+    """As LiteLLM's own strategies do: were the failed deployment left out, the retry would have no
+    candidate and answer a 429 about cooldowns that do not exist."""
     args = {"artifact": str(steerable_artifact), "tiers": {"standard": 0.85}}
     router = Router(model_list=model_list()[:1], routing_strategy="proteus", routing_strategy_args=args,  # gpt-4 alone
                     num_retries=2, disable_cooldowns=True)

@@ -74,6 +74,19 @@ def test_judge_writes_feedback_for_parsed_scores_and_counts_the_rest(tmp_path, j
     assert log.provenance["feedback_sources"] == {"api": 1, "judge": 3} and log.provenance["n_labelled"] == 4
 
 
+def test_judge_labels_are_written_as_privately_as_the_log(tmp_path, judge_upstream, monkeypatch):
+    import os
+    import stat
+
+    write_log(tmp_path)
+    old = os.umask(0o022)
+    try:
+        summary = judge(args_for(tmp_path))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(summary["written"]).st_mode) == 0o600  # the proxy's own files' mode, not the umask's
+
+
 def test_a_bare_proxy_group_name_is_sent_to_the_api_base(tmp_path, judge_upstream):
     write_log(tmp_path, n=1)
     summary = judge(args_for(tmp_path, judge_model="proteus-judge"))  # docs/learn-from-traffic.md's proxy form
