@@ -10,9 +10,10 @@ it:
   before any routing work (``async_pre_call_hook``), for every request PROTEUS may route: its
   group's, or a fallback's;
 - drops the metadata fields the plugin itself sets (``PLUGIN_METADATA_KEYS``: ``proteus``, where only
-  the router may write the decision, and ``proteus_shadow_of``, which marks shadow and judge calls and
-  exempts them from shadow sampling) from every client request, and client-sent retry breadcrumbs
-  (``previous_models``) from those PROTEUS may route;
+  the router may write the decision and the request's own id, which keys its picks' outcomes, and
+  ``proteus_shadow_of``, which marks shadow and judge calls and exempts them from shadow sampling)
+  from every client request, and client-sent retry breadcrumbs (``previous_models``) from those
+  PROTEUS may route;
 - adds the decision headers to the response (``async_post_call_response_headers_hook``); when
   another deployment than PROTEUS's pick answered (a fallback group, after the pick failed), only
   ``x-proteus-fallback: <the group that answered>``: the decision headers describe a pick that did

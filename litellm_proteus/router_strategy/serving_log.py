@@ -4,10 +4,11 @@
   index learns it at once and forgets it when the queue or the writer drops it, the compliance
   gauges at once);
 - the ``outcome`` record of each PROTEUS pick (``response_cost``, latency, error, the deployment),
-  attributed by the attempt ledger (``litellm_proteus/attempts.py``): ``log_outcome`` from LiteLLM's
-  success/failure callbacks, ``log_repick`` when the router picks again for a call (a retry or a
-  fallback: the picks LiteLLM's retry breadcrumbs name failed), ``log_request_failed`` from the proxy's post-call failure hook;
-  an answer from a deployment PROTEUS did not pick (a fallback group's) is no pick's outcome;
+  attributed by the attempt ledger (``litellm_proteus/attempts.py``, per request: ``request_key``):
+  ``log_outcome`` from LiteLLM's success/failure callbacks, ``log_repick`` when the router picks again
+  for a request (a retry or a fallback: the picks LiteLLM's retry breadcrumbs name failed),
+  ``log_request_failed`` from the proxy's post-call failure hook; an answer from a deployment PROTEUS
+  did not pick (a fallback group's) is no pick's outcome;
 - shadow evaluation (``litellm_proteus/shadow.py``): ``log_routed`` samples the request and
   remembers its candidates, ``log_outcome`` starts the shadow job once the pick's response is
   complete (a failed pick's job is dropped).
@@ -51,7 +52,7 @@ from ..shadow_budget import CLIENT_NAME as SHADOW_CLIENT_NAME
 from ..shadow_budget import DailyBudget
 
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
-attempts = AttemptLedger()  # the open PROTEUS pick of each call of this process
+attempts = AttemptLedger()  # the open PROTEUS picks of each request of this process
 _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
 
@@ -186,8 +187,9 @@ def log_routed(
     remembered = strategy.feedback_desk.remember(record)
     if not strategy.decision_log.submit(record) and remembered:
         strategy.feedback_desk.forget(record)
-    attempts.open(record["call_id"], Attempt(deployment_id(scored[decision.index].deployment), strategy,
-                                             record["key_hash"]))
+    key = request_key(request_kwargs)
+    if key is not None:
+        attempts.open(key, Attempt(deployment_id(scored[decision.index].deployment), strategy, record["key_hash"]))
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):
@@ -218,6 +220,33 @@ def _decision_metadata(kwargs: dict) -> dict | None:
             if isinstance(metadata, dict) and isinstance(metadata.get(DECISION_METADATA_KEY), dict):
                 return metadata[DECISION_METADATA_KEY]
     return None
+
+
+# In the request's decision metadata (``metadata["proteus"]``, which only the router writes: the proxy
+# hook drops a client's copy): the request's own id, set by its first PROTEUS pick and kept by the
+# picks of its retries and fallbacks (LiteLLM retries with the same metadata dict, and falls back
+# with a copy of it), never shared with another request even when the call id is.
+REQUEST_FIELD = "request"
+
+
+def request_id(previous_decision: Any) -> str:
+    """The request id for a pick's decision metadata: the one an earlier pick of the request (its
+    decision metadata ``previous_decision``) set, else a new one."""
+    known = previous_decision.get(REQUEST_FIELD) if isinstance(previous_decision, dict) else None
+    return known if isinstance(known, str) and known else uuid.uuid4().hex
+
+
+def request_key(kwargs: Any) -> tuple[str, str] | None:
+    """The attempt ledger's key of the request ``kwargs`` belong to (a pick's request kwargs, a
+    callback's kwargs, the proxy's request data): (call id, request id); None without either."""
+    if not isinstance(kwargs, dict):
+        return None
+    call_id = kwargs.get("litellm_call_id")
+    decision = _decision_metadata(kwargs)
+    request = decision.get(REQUEST_FIELD) if decision is not None else None
+    if not call_id or not isinstance(request, str) or not request:
+        return None
+    return str(call_id), request
 
 
 def _deployment(strategy: Any, model_id: str) -> dict | None:
@@ -257,14 +286,15 @@ def _error_messages(attempt: Attempt) -> bool:
 
 
 def log_repick(request_kwargs: dict) -> None:
-    """The router is picking a deployment for a call (any group: a retry, or a fallback to another
-    group): the call's open PROTEUS picks whose deployments LiteLLM's retry breadcrumbs name failed
+    """The router is picking a deployment for a request (any group: a retry, or a fallback to another
+    group): the request's open PROTEUS picks whose deployments LiteLLM's retry breadcrumbs name failed
     (LiteLLM ran no failure callback for them when an earlier attempt of the request had one)."""
-    call_id = request_kwargs.get("litellm_call_id") if isinstance(request_kwargs, dict) else None
-    if not call_id or not attempts.known(str(call_id)):
+    key = request_key(request_kwargs)
+    if key is None or not attempts.known(key):
         return
+    call_id = key[0]
     metadatas = metadatas_of(request_kwargs)
-    for attempt in attempts.repicked(str(call_id), failed_deployment_ids(*metadatas)):
+    for attempt in attempts.repicked(key, failed_deployment_ids(*metadatas)):
         error = breadcrumb_error(metadatas, attempt.deployment_id, _error_messages(attempt)) \
             or "the attempt failed (LiteLLM retried the request)"
         _write_outcome(attempt, str(call_id), False, error=error)
@@ -272,11 +302,12 @@ def log_repick(request_kwargs: dict) -> None:
 
 def log_request_failed(request_data: Any, exception: Any) -> None:
     """The proxy answered the request with an error: its open PROTEUS picks failed."""
-    call_id = request_data.get("litellm_call_id") if isinstance(request_data, dict) else None
-    if not call_id:
+    key = request_key(request_data)
+    if key is None:
         return
+    call_id = key[0]
     metadatas = metadatas_of(request_data)
-    for attempt in attempts.ended(str(call_id)):
+    for attempt in attempts.ended(key):
         keep = _error_messages(attempt)
         error = breadcrumb_error(metadatas, attempt.deployment_id, keep) or error_text(exception, keep)
         _write_outcome(attempt, str(call_id), False, error=error)
@@ -287,8 +318,8 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
 
     The deployment the callback names must be the one the pick chose: a fallback group's answer
     (LiteLLM carries the failed pick's request metadata into the fallback call) settles the pick as
-    failed and is no pick's outcome.  A call the attempt ledger does not know (it keeps the last
-    ``attempts.MAX_CALLS`` calls) is attributed by the decision in its metadata, under the same rule."""
+    failed and is no pick's outcome.  A request the attempt ledger does not know (it keeps the last
+    ``attempts.MAX_CALLS`` requests) is attributed by the decision in its metadata, under the same rule."""
     if not isinstance(kwargs, dict):
         return
     call_id = kwargs.get("litellm_call_id")
@@ -296,16 +327,17 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
         return
     call_id = str(call_id)
     answering = answering_deployment_id(kwargs)
-    if attempts.known(call_id):
+    key = request_key(kwargs)
+    if key is not None and attempts.known(key):
         if success:
-            attempt, others = attempts.answered(call_id, answering)
+            attempt, others = attempts.answered(key, answering)
             metadatas = metadatas_of(kwargs)
             for other in others:  # picks that did not give the answer (a fallback group's deployment did)
                 error = breadcrumb_error(metadatas, other.deployment_id, _error_messages(other)) \
                     or f"deployment {answering} answered the call"
                 _write_outcome(other, call_id, False, error=error)
         else:
-            attempt = attempts.failed(call_id, answering)
+            attempt = attempts.failed(key, answering)
     else:
         decision = _decision_metadata(kwargs)
         if strategy is None or decision is None or answering is None or decision.get("deployment_id") != answering:

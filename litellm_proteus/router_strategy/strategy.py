@@ -203,6 +203,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         self.correction = DeploymentCorrection(config.compliance.correction, self.compliance, writer=self.gauges)
         if replaces is not None:  # its picks still in flight log through this one (its writer closes)
             replaces.replaced_by = self
+            serving_log.attempts.reassign(replaces, self)  # and their ledger entries hold it no more
 
     @property
     def router(self) -> Any:
@@ -403,7 +404,10 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         metadata_key = get_metadata_variable_name_from_kwargs(request_kwargs)
         if not isinstance(request_kwargs.get(metadata_key), dict):
             request_kwargs[metadata_key] = {}
-        request_kwargs[metadata_key][DECISION_METADATA_KEY] = record.to_dict()
+        metadata = request_kwargs[metadata_key]
+        decision_metadata = record.to_dict()  # and the request's id: the one an earlier pick of the request set
+        decision_metadata[serving_log.REQUEST_FIELD] = serving_log.request_id(metadata.get(DECISION_METADATA_KEY))
+        metadata[DECISION_METADATA_KEY] = decision_metadata
         if self.config.log_decisions:
             log_decision(record)
         record_metrics(record)

@@ -72,6 +72,57 @@ def test_the_ledger_is_bounded_oldest_first():
     assert len(ledger) == 3 and not ledger.known("c1") and ledger.known("c4")
 
 
+def test_requests_sharing_a_call_id_settle_only_their_own_picks():
+    """Keys are per request (``serving_log.request_key``: the call id and the request's own id)."""
+    ledger = AttemptLedger()
+    ledger.open(("shared", "r1"), Attempt("a"))
+    ledger.open(("shared", "r2"), Attempt("b"))
+    assert ledger.answered(("shared", "r1"), "a") == (Attempt("a"), [])  # r2's pick stays open
+    assert ledger.answered(("shared", "r2"), "b") == (Attempt("b"), [])
+    ledger.open(("shared", "r3"), Attempt("a"))
+    assert ledger.ended(("shared", "r4")) == [] and ledger.ended(("shared", "r3")) == [Attempt("a")]
+
+
+class Strategy:  # what the ledger reads of a strategy: ``replaced_by``, set by a settings change
+    replaced_by = None
+
+
+def test_an_open_attempt_holds_its_strategy_weakly_and_follows_a_settings_change():
+    import gc
+    import weakref
+
+    ledger = AttemptLedger()
+    old, new = Strategy(), Strategy()
+    ledger.open("c", Attempt("a", old, "k"))
+    [attempt] = ledger._calls["c"]
+    assert attempt.owner is old and attempt.key_hash == "k"
+    old.replaced_by = new
+    assert ledger.reassign(old, new) == 1
+    gone = weakref.ref(old)
+    del old
+    gc.collect()
+    assert gone() is None  # no open attempt keeps the replaced strategy alive
+    ledger.open("c", Attempt("b", new))
+    assert [(a.deployment_id, a.owner) for a in ledger.ended("c")] == [("a", new), ("b", new)]
+
+    later = Strategy()
+    later.replaced_by = new  # a pick that began under a strategy replaced meanwhile opens under its successor
+    ledger.open("d", Attempt("a", later))
+    assert ledger.ended("d")[0].owner is new
+    lonely = Strategy()
+    ledger.open("e", Attempt("a", lonely))
+    del lonely
+    gc.collect()
+    assert ledger.ended("e")[0].owner is None  # its strategy is gone (its router too): no log to write to
+
+
+def test_an_owner_that_takes_no_weak_reference_is_held():
+    from types import SimpleNamespace
+
+    owner = SimpleNamespace(replaced_by=None)
+    assert Attempt("a", owner).owner is owner and Attempt("a").owner is None
+
+
 def test_the_deployment_a_callback_is_about():
     assert answering_deployment_id({"litellm_params": {"model_info": {"id": "dep-1"}}}) == "dep-1"
     assert answering_deployment_id({"standard_logging_object": {"model_id": "dep-2"}}) == "dep-2"

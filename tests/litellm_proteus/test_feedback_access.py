@@ -248,9 +248,9 @@ def test_an_outcome_keeps_the_upstream_message_only_with_log_prompts(tmp_path, l
     try:
         owner = SimpleNamespace(config=SimpleNamespace(decision_log=settings), decision_log=writer,
                                 feedback_desk=FeedbackDesk(settings, writer.submit), shadow=None, replaced_by=None)
-        serving_log.attempts.open("err-1", Attempt("d1", owner, ALICE))
+        serving_log.attempts.open(("err-1", "request-1"), Attempt("d1", owner, ALICE))
         upstream = litellm.BadRequestError(message="rejected: 'the secret plan'", model="m", llm_provider="openai")
-        serving_log.log_request_failed({"litellm_call_id": "err-1", "metadata": {}}, upstream)
+        serving_log.log_request_failed({"litellm_call_id": "err-1", "metadata": {"proteus": {"request": "request-1"}}}, upstream)
         writer.flush()
         [outcome] = [r for r in iter_records(tmp_path / "log") if r["type"] == "outcome"]
         assert ("secret plan" in outcome["error"]) is log_prompts and "BadRequestError" in outcome["error"]

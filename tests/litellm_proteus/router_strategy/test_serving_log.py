@@ -4,8 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import gc
+import json
 import threading
 import time
+import weakref
 
 import httpx
 import litellm
@@ -184,13 +188,14 @@ def proxy_like_router(artifact, directory, model_list_=None, **router_kwargs):
                           disable_cooldowns=True, **router_kwargs)
 
 
-async def proxy_call(router, call_id: str, tau: float = 0.85) -> tuple[dict, object]:
+async def proxy_call(router, call_id: str, tau: float = 0.85, **extra) -> tuple[dict, object]:
     """As LiteLLM's proxy calls the router: the request's call id and one logging object shared by
     every attempt (so LiteLLM runs its failure callbacks once); a request that fails ends in the
-    proxy's post-call failure hook.  Returns (request data, response or exception)."""
+    proxy's post-call failure hook.  ``extra``: more request fields (``stream``).  Returns (request
+    data, response or exception)."""
     from datetime import datetime
 
-    data = {"model": "proteus-auto", "messages": QUESTION, "metadata": {"tau": tau}, "litellm_call_id": call_id}
+    data = {"model": "proteus-auto", "messages": QUESTION, "metadata": {"tau": tau}, "litellm_call_id": call_id, **extra}
     logging_obj, data = litellm.utils.function_setup(original_function="acompletion", rules_obj=litellm.utils.Rules(),
                                                      start_time=datetime.now(), **data)
     data["litellm_logging_obj"] = logging_obj
@@ -341,3 +346,105 @@ def test_a_tier_stored_under_a_raw_custom_auth_key_still_applies_with_a_warning(
         asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata=metadata))
     assert (metadata["proteus"]["tier"], metadata["proteus"]["tier_source"]) == ("premium", "redis")
     assert "proteus tiers rehash" in caplog.text and secret not in caplog.text
+
+
+def test_concurrent_requests_sharing_a_call_id_each_get_their_own_picks_outcome(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    """Clients choose call ids (the proxy takes ``x-litellm-call-id`` as sent): two requests in flight
+    with one call id, each with its own logging object, settle only their own picks."""
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory)
+    both_picked = asyncio.Event()
+    picked = 0
+
+    async def after_both_picks(request):  # each upstream answers once both requests have picked
+        nonlocal picked
+        picked += 1
+        if picked == 2:
+            both_picked.set()
+        await asyncio.wait_for(both_picked.wait(), 10)
+        slot = next(s for s, (base, _) in HOSTS.items() if str(request.url).startswith(base))
+        return httpx.Response(200, json=completion_body(slot))
+
+    for slot in HOSTS:
+        upstream[slot].mock(side_effect=after_both_picks)
+
+    async def both():
+        return await asyncio.gather(proxy_call(router, "shared", tau=0.9), proxy_call(router, "shared", tau=0.7))
+
+    (high, high_response), (low, low_response) = asyncio.run(both())
+    picks = {high["metadata"]["proteus"]["deployment_id"], low["metadata"]["proteus"]["deployment_id"]}
+    assert len(picks) == 2, picks  # the two taus pick two deployments
+    for data, response in ((high, high_response), (low, low_response)):
+        assert response.choices[0].message.content.endswith(data["metadata"]["proteus"]["deployment_id"])
+    assert sorted(picks_of(directory, "shared")) == sorted(picks)
+    assert sorted(outcomes_of(directory, "shared")) == sorted((p, True) for p in picks)  # both answered
+
+
+def streaming(route, text: str) -> None:
+    """``route`` answers a stream (server-sent events): ``text`` word by word, then its usage."""
+    chunk = lambda delta, finish=None, **more: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",  # noqa: E731
+                                                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **more}
+    words = text.split("/")
+    events = [chunk({"role": "assistant", "content": words[0]})] + [chunk({"content": "/" + w}) for w in words[1:]]
+    events.append(chunk({}, "stop", usage={"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}))
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    route.mock(return_value=httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode()))
+
+
+def test_a_fully_read_streams_pick_has_its_success_outcome(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory)
+    for slot in HOSTS:
+        streaming(upstream[slot], slot)
+
+    async def read_all():
+        data, stream = await proxy_call(router, "streamed", stream=True)
+        text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream])
+        for _ in range(100):  # the stream's success callback runs as a task of this loop
+            await asyncio.sleep(0.02)
+        return data, text
+
+    data, text = asyncio.run(read_all())
+    [pick] = picks_of(directory, "streamed")
+    assert text.endswith(pick) and data["metadata"]["proteus"]["deployment_id"] == pick
+    assert outcomes_of(directory, "streamed") == [(pick, True)]
+    [row] = [r for r in join_log(directory) if r.call_id == "streamed"]
+    assert row.outcome["success"] is True and row.outcome["response"] == text
+
+
+def test_an_abandoned_streams_open_pick_keeps_no_replaced_strategy_alive(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    """A stream read in part, then dropped (a client that went away): no callback comes, so its pick
+    stays open in the attempt ledger; a settings change hands it to the new strategy, and the replaced
+    strategy can go."""
+    from litellm_proteus.router_strategy import serving_log
+
+    directory = tmp_path / "log"
+    router = proxy_like_router(steerable_artifact, directory)
+    for slot in HOSTS:
+        streaming(upstream[slot], slot)
+
+    async def read_one_chunk():
+        _, stream = await proxy_call(router, "abandoned", stream=True)
+        async for _ in stream:
+            break  # the rest is never read
+
+    asyncio.run(read_one_chunk())
+
+    def open_picks():  # the call's open picks in the attempt ledger
+        return [a for key, opened in serving_log.attempts._calls.items()
+                if (key[0] if isinstance(key, tuple) else key) == "abandoned" for a in opened]
+
+    assert len(open_picks()) == 1
+    assert outcomes_of(directory, "abandoned") == []  # no callback came
+    replaced = router.proteus_strategy
+    old = weakref.ref(replaced)
+    changed = copy.deepcopy(replaced.routing_strategy_args)
+    changed["decision_log"]["log_prompts"] = True
+    router.update_settings(routing_strategy_args=changed)
+    new = router.proteus_strategy
+    assert new is not replaced and replaced.replaced_by is new
+    del replaced
+    gc.collect()
+    assert old() is None  # the open pick holds no reference to it
+    [attempt] = open_picks()
+    assert attempt.owner is new  # a late callback would log through the strategy that replaced it
