@@ -391,11 +391,17 @@ def streaming(route, text: str) -> None:
     route.mock(return_value=httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode()))
 
 
-def test_a_fully_read_streams_pick_has_its_success_outcome(steerable_artifact, tmp_path, upstream):  # noqa: F811
-    directory = tmp_path / "log"
+def streaming_router(steerable_artifact, directory, upstream):
+    """``proxy_like_router`` over upstreams that stream their answers."""
     router = proxy_like_router(steerable_artifact, directory)
     for slot in HOSTS:
         streaming(upstream[slot], slot)
+    return router
+
+
+def test_a_fully_read_streams_pick_has_its_success_outcome(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = streaming_router(steerable_artifact, directory, upstream)
 
     async def read_all():
         data, stream = await proxy_call(router, "streamed", stream=True)
@@ -419,9 +425,7 @@ def test_an_abandoned_streams_open_pick_keeps_no_replaced_strategy_alive(steerab
     from litellm_proteus.router_strategy import serving_log
 
     directory = tmp_path / "log"
-    router = proxy_like_router(steerable_artifact, directory)
-    for slot in HOSTS:
-        streaming(upstream[slot], slot)
+    router = streaming_router(steerable_artifact, directory, upstream)
 
     async def read_one_chunk():
         _, stream = await proxy_call(router, "abandoned", stream=True)
