@@ -88,11 +88,13 @@ class Attempt:
         return f"Attempt({self.deployment_id!r}, owner={self.owner!r}, key_hash={self.key_hash!r})"
 
 
-def _current(owner: Any) -> Any:
-    """The strategy that stands for ``owner``: the end of its ``replaced_by`` chain (set by settings changes)."""
-    while getattr(owner, "replaced_by", None) is not None:
-        owner = owner.replaced_by
-    return owner
+def current_strategy(strategy: Any) -> Any:
+    """The router's current strategy: a pick that began under a strategy a settings change replaced
+    logs where the router logs now (the end of its ``replaced_by`` chain; the replaced strategy's
+    writer is closed, its desk copied)."""
+    while getattr(strategy, "replaced_by", None) is not None:
+        strategy = strategy.replaced_by
+    return strategy
 
 
 class AttemptLedger:
@@ -115,7 +117,7 @@ class AttemptLedger:
         """A new pick for the request (held for the strategy that stands for its owner: see ``reassign``)."""
         with self._lock:
             owner = attempt.owner
-            current = _current(owner)
+            current = current_strategy(owner)
             if current is not owner:
                 attempt = Attempt(attempt.deployment_id, current, attempt.key_hash)
             opened = self._calls.pop(key, [])

@@ -135,12 +135,22 @@ class StateKeys:
     tiers: frozenset[str]
     bucket: float
     tau_range: tuple[float, float]
+    # answers for tau-bucket keys, asked on every decision (at most 1 / bucket valid ones; bounded)
+    _buckets: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def __contains__(self, state_key: object) -> bool:
         if state_key in self.tiers:
             return True
         if not isinstance(state_key, str) or not state_key.startswith("tau:"):
             return False
+        known = self._buckets.get(state_key)
+        if known is None:
+            if len(self._buckets) >= 4096:
+                self._buckets.clear()
+            known = self._buckets[state_key] = self._is_bucket(state_key)
+        return known
+
+    def _is_bucket(self, state_key: str) -> bool:
         try:
             tau = float(state_key[4:])
         except ValueError:

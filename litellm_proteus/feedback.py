@@ -47,6 +47,8 @@ from .config import DecisionLogSettings
 from .compliance_metrics import record_call_id_conflict
 from .decision_log import (
     CLAIM_SCRIPT,
+    dir_file_mode,
+    private_opener,
     INDEX_DECISION,
     INDEX_FEEDBACK,
     INDEX_OUTCOME,
@@ -390,8 +392,6 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
     now = time.time()
     if max_age_s is not None and now - float(decision["ts"]) > max_age_s:
         raise FeedbackError(f"feedback for {call_id!r} is late: its decision is older than {max_age_s:g}s", 410, "call_id")
-    from .decision_log import dir_file_mode, private_opener
-
     path = Path(directory) / log_file_name(os.getpid(), 0, now)
     with open(path, "a", encoding="utf-8", opener=private_opener(dir_file_mode(directory))) as handle:
         handle.write(json.dumps(feedback_record(call_id, score, source, ts=now), separators=(",", ":")) + "\n")

@@ -31,7 +31,7 @@ import uuid
 from typing import Any, Sequence
 
 from .. import compliance_metrics
-from ..attempts import Attempt, AttemptLedger, answering_deployment_id, breadcrumb_error, error_text, metadatas_of
+from ..attempts import Attempt, AttemptLedger, answering_deployment_id, breadcrumb_error, current_strategy, error_text, metadatas_of
 from ..config import ProteusConfig
 from ..decision_log import (
     WRITE_TIMEOUT_S,
@@ -251,14 +251,6 @@ def request_key(kwargs: Any) -> tuple[str, str] | None:
 
 def _deployment(strategy: Any, model_id: str) -> dict | None:
     return next((d for d in strategy.router.model_list if deployment_id(d) == model_id), None)
-
-
-def current_strategy(strategy: Any) -> Any:
-    """The router's current strategy: a pick that began under a strategy a settings change replaced
-    logs where the router logs now (the replaced strategy's writer is closed, its desk copied)."""
-    while getattr(strategy, "replaced_by", None) is not None:
-        strategy = strategy.replaced_by
-    return strategy
 
 
 def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_cost: float | None = None,
