@@ -140,6 +140,12 @@ class PredictorOptions(BaseModel):
     runtime: Literal["auto", "numpy", "torch"] = Field(
         "auto", description="forward pass: auto = numpy for a static-table artifact on the CPU (no torch), else torch"
     )
+    cuda_graphs: StrictBool = Field(
+        True, description="replay the encoder and heads as captured CUDA graphs when the device is CUDA"
+    )
+    tokenizer_threads: Integer | None = Field(
+        None, ge=1, description="threads tokenising a batch (null = the cores this process may use, at most 8)"
+    )
     mix_operating_points: StrictBool = Field(
         True, description="reach a tau between two frontier operating points by routing a prompt-hash share at each"
     )

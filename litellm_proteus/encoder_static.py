@@ -97,8 +97,8 @@ class StaticEncoder(Encoder):
         # A static encoder is its table, wherever the folder lies.
         return f"static={self.static_sha256}"
 
-    def content_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    def _content_ids(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def content_offsets(self, text: str) -> list[tuple[int, int]]:
         return list(self.tokenizer.encode(text, add_special_tokens=False).offsets)

@@ -21,6 +21,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from .artifact import DEFAULT_ARTIFACT_DIR, Manifest, read_manifest
+from .devices import choose_device, cuda_usable
 from .encoder import check_device_name, open_encoder, static_table_path
 from .scoring import routing_scores
 
@@ -172,6 +173,8 @@ class ProteusPredictor:
         max_batch_tokens: int | None = None,
         mix_operating_points: bool = True,
         runtime: str = "auto",
+        cuda_graphs: bool = True,
+        tokenizer_threads: int | None = None,
     ):
         """Speed options (see ``encoder.py``): ``backend`` auto|hf|fused (equal to the training
         encoder to ~1e-7), ``memory_cache`` = in-process LRU entries (exact; 0 = off), ``precision``
@@ -187,9 +190,13 @@ class ProteusPredictor:
         way to the target on average.  False routes every request at the single point that meets
         tau alone: dearer, with more slack over tau in every window of traffic.
 
-        ``runtime``: ``auto`` = ``numpy`` for a static-table artifact on device auto/cpu (torch is
-        never imported), else ``torch``; ``numpy`` forces the numpy forward (CPU); ``torch`` the
-        torch one (needs the ``[train]`` extra or torch installed)."""
+        ``runtime``: ``auto`` = ``numpy`` for a static-table artifact on the CPU (device ``cpu``, or
+        ``auto`` on a host without a usable GPU; torch is never imported), else ``torch``; ``numpy`` forces the numpy forward (CPU); ``torch`` the
+        torch one (needs the ``[train]`` extra or torch installed).
+
+        ``cuda_graphs``: on a CUDA device, replay the encoder and the heads as captured CUDA graphs
+        (``cuda_graphs.py``; no effect on the CPU).  ``tokenizer_threads``: threads tokenising a batch (None: the
+        cores this process may use, at most 8)."""
         if runtime not in RUNTIMES:
             raise ValueError(f"predictor_options.runtime must be one of {RUNTIMES}; got {runtime!r}")
         if threads is not None and threads < 1:
@@ -198,8 +205,9 @@ class ProteusPredictor:
         self.artifact_dir = Path(artifact) if artifact else DEFAULT_ARTIFACT_DIR
         spec = read_manifest(self.artifact_dir).encoder
         static = static_table_path(spec.resolve(self.artifact_dir)) is not None
-        if runtime == "auto":
-            runtime = "numpy" if static and device in ("auto", "cpu") else "torch"
+        if runtime == "auto":  # numpy: a static table on the CPU, where torch is never imported
+            on_cpu = device == "cpu" or (device == "auto" and not cuda_usable())
+            runtime = "numpy" if static and on_cpu else "torch"
         if runtime == "numpy":
             if device not in ("auto", "cpu"):
                 raise ValueError(f"runtime 'numpy' runs on the CPU: device must be 'auto' or 'cpu'; got {device!r}")
@@ -208,11 +216,15 @@ class ProteusPredictor:
             self.device = "cpu"
             self.network: NetworkForward = NumpyForward(self.artifact_dir)
         else:
-            from .devices import choose_device
+            self.device = choose_device(device)  # auto: see devices.py
+        on_cuda = self.device.startswith("cuda")
+        if not isinstance(cuda_graphs, bool):
+            raise ValueError(f"predictor_options.cuda_graphs must be true or false; got {cuda_graphs!r}")
+        self.cuda_graphs = cuda_graphs and on_cuda
+        if runtime == "torch":
             from .forward_torch import TorchForward
 
-            self.device = choose_device(device, spec.resolve(self.artifact_dir))  # auto: see devices.py
-            self.network = TorchForward(self.artifact_dir, self.device)
+            self.network = TorchForward(self.artifact_dir, self.device, cuda_graphs=self.cuda_graphs)
         if threads is not None and (runtime == "torch" or not static):
             import torch
 
@@ -229,6 +241,8 @@ class ProteusPredictor:
             memory_cache=memory_cache,
             backend=backend,
             max_batch_tokens=max_batch_tokens,
+            tokenizer_threads=tokenizer_threads,
+            cuda_graphs=self.cuda_graphs,
         )
         if self.encoder.embed_dim != spec.embed_dim:
             raise ValueError(

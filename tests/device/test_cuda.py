@@ -4,6 +4,7 @@ artifact's predictor, the micro-batcher in front of it, a short ``proteus train`
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,72 @@ def test_predictor_on_cuda_decides_as_on_cpu(predictors):
     assert np.allclose([d.mu for d in on_gpu], [d.mu for d in on_cpu], atol=1e-4)
 
 
+def test_cuda_predictor_replays_graphs_by_default(predictors):
+    cuda, cpu = predictors
+    assert cuda.cuda_graphs and not cpu.cuda_graphs
+    cuda.decide(PROMPTS[:3], TAUS[:3], _candidates(len(cuda.models))[:3])
+    assert len(cuda.network._graphs) >= 1
+
+
+@pytest.fixture(scope="module")
+def transformer_artifact(tmp_path_factory):
+    """The bundled artifact routing on a 2-layer BERT of MiniLM's width with random weights (its
+    decisions mean nothing; graphs and eager must still agree)."""
+    from transformers import BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tf") / "artifact"
+    shutil.copytree(DEFAULT_ARTIFACT_DIR, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    encoder = out / manifest["encoder"]["name"]
+    (encoder / "static_embeddings.safetensors").unlink()
+    (encoder / "proteus_static.json").unlink()
+    torch.manual_seed(0)
+    BertModel(BertConfig(hidden_size=384, num_hidden_layers=2, num_attention_heads=12, intermediate_size=1536)).save_pretrained(encoder)
+    manifest["encoder"].update(static_from=None, files_sha256={})
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return out
+
+
+@pytest.mark.parametrize(("backend", "batch"), [("fused", 1), ("fused", 3), ("fused", 37), ("hf", 5)])
+def test_cuda_graphs_decide_as_eager_on_a_transformer(transformer_artifact, backend, batch):
+    options = dict(device="cuda", precision="fp32", memory_cache=0, backend=backend)
+    graphed = ProteusPredictor(transformer_artifact, **options)
+    eager = ProteusPredictor(transformer_artifact, **options, cuda_graphs=False)
+    assert graphed.encoder.backend == backend
+    assert graphed.cuda_graphs and graphed.encoder._graphs is not None and eager.encoder._graphs is None
+    texts = [PROMPTS[i % len(PROMPTS)] * (1 + i % 5) for i in range(batch)]  # mixed lengths: padded rows
+    taus = [TAUS[i % len(TAUS)] for i in range(batch)]
+    candidates = [_candidates(len(graphed.models))[i % len(PROMPTS)] for i in range(batch)]
+    assert np.allclose(graphed.encoder.encode(texts), eager.encoder.encode(texts), atol=1e-4)
+    on_graphs, on_eager = graphed.decide(texts, taus, candidates), eager.decide(texts, taus, candidates)
+    assert [d.model for d in on_graphs] == [d.model for d in on_eager]
+    assert np.allclose([d.mu for d in on_graphs], [d.mu for d in on_eager], atol=1e-4)
+    assert np.allclose([d.p for d in on_graphs], [d.p for d in on_eager], atol=1e-4)
+    assert len(graphed.encoder._graphs) >= 1  # replayed, not fallen back to eager
+
+
+def test_graphed_heads_slice_a_batch_past_128_rows(predictors):
+    cuda, cpu = predictors
+    rng = np.random.default_rng(1)
+    embeddings = rng.normal(size=(130, 384)).astype(np.float32)
+    tau_norm = rng.uniform(size=130).astype(np.float32)
+    (p_gpu, mu_gpu), (p_cpu, mu_cpu) = cuda.network.forward(embeddings, tau_norm), cpu.network.forward(embeddings, tau_norm)
+    assert p_gpu.shape == (130, len(cuda.models)) and np.allclose(p_gpu, p_cpu, atol=1e-4)
+    assert np.allclose(mu_gpu, mu_cpu, atol=1e-4)
+
+
+def test_one_graph_serves_a_bucket_of_shapes(transformer_artifact):
+    predictor = ProteusPredictor(transformer_artifact, device="cuda", precision="bf16", memory_cache=0)
+    graphs = predictor.encoder._graphs
+    before = len(graphs)
+    predictor.encoder.encode(["a short prompt", "another short prompt", "a third one"])  # batch 3 -> bucket 4
+    assert len(graphs) == before + 1
+    predictor.encoder.encode(["one more short prompt", "and one", "then two", "or three"])  # batch 4, same lengths bucket
+    assert len(graphs) == before + 1
+    predictor.encoder.encode(["word " * 200])  # another length bucket
+    assert len(graphs) == before + 2
+
+
 def test_batcher_answers_each_caller_from_the_cuda_predictor(predictors):
     cuda, _ = predictors
     candidates = _candidates(len(cuda.models))
@@ -67,16 +134,29 @@ def test_batcher_answers_each_caller_from_the_cuda_predictor(predictors):
     assert answers == expected
 
 
-def test_short_train_and_eval_on_cuda(shared_data, tmp_path):
-    out, cache = tmp_path / "artifact", tmp_path / "cache"
+@pytest.fixture(scope="module")
+def cuda_trained(shared_data, tmp_path_factory):
+    """A short ``proteus train --device cuda`` on RouterBench-partial: (artifact dir, cache dir)."""
+    root = tmp_path_factory.mktemp("cuda-train")
+    out, cache = root / "artifact", root / "cache"
     # the bundled static encoder folder: no transformer download, no distillation
     train = [sys.executable, "-m", "litellm_proteus.cli", "train", "--data", str(shared_data / "routerbench-partial"),
-             "--encoder", str(DEFAULT_ARTIFACT_DIR / "encoder"), "--out", str(out), "--device", "cuda", "--steps", "64", "--perf-epochs", "3", "--oof-folds", "2",
-             "--boost-steps", "20", "--cache-dir", str(cache), "--quiet"]
+             "--encoder", str(DEFAULT_ARTIFACT_DIR / "encoder"), "--out", str(out), "--device", "cuda", "--steps", "64",
+             "--perf-epochs", "3", "--oof-folds", "2", "--boost-steps", "20", "--cache-dir", str(cache), "--quiet"]
     done = subprocess.run(train, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    return out, cache
+
+
+def test_short_train_on_cuda(cuda_trained):
+    out, _ = cuda_trained
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["training"]["device"] == "cuda"
+
+
+def test_eval_on_cuda(cuda_trained, tmp_path):
+    pytest.importorskip("litellm", reason="proteus eval's LiteLLM-Complexity baseline needs litellm (a dependency of the package)")
+    out, cache = cuda_trained
     evaluate = [sys.executable, "-m", "litellm_proteus.cli", "eval", "--artifact", str(out), "--out", str(tmp_path / "eval"),
                 "--device", "cuda", "--seeds", "1", "--bootstrap", "20", "--cache-dir", str(cache), "--quiet"]
     done = subprocess.run(evaluate, capture_output=True, text=True, timeout=600)

@@ -1,36 +1,37 @@
-"""``device: auto`` picks the measured-faster device per encoder kind; decisions say where they ran."""
+"""``device: auto`` picks the measured-faster device (CUDA where usable); decisions say where they ran."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+from litellm_proteus import devices
 from litellm_proteus.devices import choose_device
 from litellm_proteus.observability import DecisionRecord
 from litellm_proteus.predictor import ProteusPredictor
 
-STATIC_ENCODER = str(DEFAULT_ARTIFACT_DIR / "encoder")
+
+def test_auto_without_a_gpu_driver_is_the_cpu_on_the_numpy_runtime(monkeypatch, tmp_path):
+    monkeypatch.setattr(devices, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))  # absent
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # not even asked without a driver
+    assert choose_device("auto") == "cpu"
+    predictor = ProteusPredictor(device="auto")
+    assert predictor.device == "cpu" and predictor.network.runtime == "numpy"
 
 
-def test_auto_without_cuda_is_the_cpu():
-    if torch.cuda.is_available():
-        pytest.skip("this host has CUDA")
-    assert choose_device("auto", STATIC_ENCODER) == "cpu"
-    assert choose_device("auto", "all-MiniLM-L6-v2") == "cpu"
-    assert ProteusPredictor(device="auto").device == "cpu"
-
-
-def test_auto_on_a_cuda_host_keeps_a_static_table_on_the_cpu_and_a_transformer_on_the_gpu(monkeypatch, tiny_bert):
+def test_auto_with_a_usable_gpu_is_cuda_for_a_static_table_too(monkeypatch, tmp_path):
+    (tmp_path / "nvidiactl").touch()
+    monkeypatch.setattr(devices, "GPU_DEVICE_FILES", (str(tmp_path / "nvidiactl"),))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the host, not the code under test
-    assert choose_device("auto", STATIC_ENCODER) == "cpu"
-    assert choose_device("auto", str(tiny_bert)) == "cuda"
+    assert devices.cuda_usable() and choose_device("auto") == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a driver, but no device torch can use
+    assert choose_device("auto") == "cpu"
 
 
 def test_explicit_devices_are_checked():
-    assert choose_device("cpu", STATIC_ENCODER) == "cpu"
+    assert choose_device("cpu") == "cpu"
     with pytest.raises(ValueError, match="device must be one of"):
-        choose_device("tpu", STATIC_ENCODER)
+        choose_device("tpu")
 
 
 def test_the_deciding_device_is_a_header_and_survives_the_metadata_round_trip():

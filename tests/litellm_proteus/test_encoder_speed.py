@@ -190,3 +190,22 @@ def test_fused_runner_follows_fine_tuning(prompts):
     reference.model.load_state_dict(encoder.model.state_dict())
     expected = reference.encode(prompts[:2])
     assert np.abs(after - expected).max() < 1e-5 and np.abs(after - before).max() > 1e-3
+
+
+@pytest.mark.parametrize("backend", ["hf", "static"])
+def test_threaded_tokenisation_equals_one_thread(backend, prompts):
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+
+    name = str(DEFAULT_ARTIFACT_DIR / "encoder") if backend == "static" else encoder_module.DEFAULT_ENCODER
+    texts = (prompts * 3)[:61]  # 61 texts on 3 threads: chunks of 21, 21 and 19
+    serial = open_encoder(name, device="cpu", tokenizer_threads=1)
+    threaded = open_encoder(name, device="cpu", tokenizer_threads=3)
+    assert threaded.content_ids(texts) == serial.content_ids(texts)
+    assert threaded._tokenizer_pool is not None and serial._tokenizer_pool is None
+    assert threaded.content_ids(texts[:5]) == serial.content_ids(texts[:5])  # below 2 chunks: one thread
+
+
+def test_tokenizer_threads_are_checked_and_bounded():
+    with pytest.raises(ValueError, match="tokenizer_threads must be >= 1"):
+        open_encoder(device="cpu", tokenizer_threads=0)
+    assert 1 <= encoder_module.default_tokenizer_threads() <= encoder_module.MAX_TOKENIZER_THREADS

@@ -106,7 +106,7 @@ import json, sys
 TRAINING_ONLY = ("pandas", "pyarrow", "scipy", "matplotlib", "tqdm", "proteus_train")  # the [train] extra's
 import litellm_proteus.router_strategy, litellm_proteus.predictor, litellm_proteus.tiers, litellm_proteus.engine
 from litellm_proteus.predictor import Candidate, ProteusPredictor
-predictor = ProteusPredictor(sys.argv[1])
+predictor = ProteusPredictor(sys.argv[1], device="cpu")  # auto would pick CUDA on a GPU host
 decision = predictor.decide(["What is 2 + 2?"], [0.8], [[Candidate(0, 1e-4), Candidate(1, 1e-3)]])[0]
 print(json.dumps({"torch": "torch" in sys.modules, "transformers": "transformers" in sys.modules,
                   "training_stack": sorted(m for m in TRAINING_ONLY if m in sys.modules),

@@ -44,6 +44,9 @@ QUICK: dict[str, object] = {
 }
 
 
+CUDA_GRAPHS = {"on": True, "off": False}
+
+
 def _int_list(flag: str):
     def parse(text: str) -> list[int]:
         try:
@@ -84,6 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="override the artifact's truncation policy")
     speed.add_argument("--max-batch-tokens", type=int, default=None,
                        help="padded tokens per encoder forward pass (default: 2048 on CPU, no limit on CUDA; 0 = no limit)")
+    speed.add_argument("--cuda-graphs", default="on", choices=["on", "off"],
+                       help="replay the encoder and heads as captured CUDA graphs on CUDA (default on, as the plugin)")
+    speed.add_argument("--tokenizer-threads", type=int, default=None,
+                       help="threads tokenising a batch (default, as the plugin: the usable cores, at most 8)")
     speed.add_argument("--compare-reference", action="store_true",
                        help="also report embedding cosine and decision agreement vs the default fp32 encoder")
     grid = parser.add_argument_group("what to measure")
@@ -190,6 +197,8 @@ def predictor_options(args: argparse.Namespace) -> dict:
         "truncation": args.truncation,
         "max_batch_tokens": args.max_batch_tokens,
         "runtime": None if args.runtime == "auto" else args.runtime,
+        "cuda_graphs": CUDA_GRAPHS[args.cuda_graphs],
+        "tokenizer_threads": args.tokenizer_threads,
     }
     return {k: v for k, v in options.items() if v is not None}
 
@@ -253,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend,
             max_batch_tokens=args.max_batch_tokens,
             runtime=args.runtime,
+            cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],
+            tokenizer_threads=args.tokenizer_threads,
             memory_cache=0,  # every measured decision encodes; cache hits are measured separately
         )
     except (ArtifactError, ValueError) as exc:
@@ -342,6 +353,8 @@ def run(args: argparse.Namespace) -> int:
             "truncation": predictor.encoder.truncation,
             "backend": predictor.encoder.backend,
             "max_batch_tokens": predictor.encoder.max_batch_tokens,
+            "cuda_graphs": predictor.cuda_graphs,
+            "tokenizer_threads": predictor.encoder.tokenizer_threads,
             "openmp": openmp_settings(),
             "command": "proteus bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 and sys.argv[1] == "bench" else None,
         },

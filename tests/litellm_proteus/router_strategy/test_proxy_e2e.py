@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from litellm_proteus.cli import main as proteus_cli
+from litellm_proteus.devices import cuda_usable
 
 from ..conftest import free_port
 
@@ -167,7 +168,8 @@ def test_tau_in_metadata_changes_the_served_deployment(proxy):
     assert proteus_headers(low)["x-proteus-model"] == "mistralai/mixtral-8x7b-chat"
     assert (high.headers["x-proteus-tau"], high.headers["x-proteus-tau-source"]) == ("0.9", "request")
     assert float(high.headers["x-proteus-mu"]) > float(low.headers["x-proteus-mu"])
-    assert low.headers["x-proteus-device"] == "cpu"  # the device that decided (device: auto on a CPU host)
+    expected = "cuda" if cuda_usable() else "cpu"  # the device that decided (device: auto)
+    assert low.headers["x-proteus-device"] == expected
     point = high.headers["x-proteus-operating-point"]  # which calibrated point decided
     assert point.split("@")[0].split(":")[0] in {"policy", "slot", "quality", "cluster"}, point
 
