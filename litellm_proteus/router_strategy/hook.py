@@ -38,7 +38,7 @@ from ..observability import DecisionRecord
 from ..shadow import SHADOW_METADATA_KEY
 from .feedback_route import register_feedback_route
 from .patch import active_strategy
-from .serving_log import _deployment, log_outcome, log_request_failed
+from .serving_log import deployment_by_id, log_outcome, log_request_failed
 from .strategy import DECISION_METADATA_KEY
 
 
@@ -149,7 +149,7 @@ def answering_group(data: dict, model_id: str) -> str:
     """The model group of the deployment that answered (the fallback group), else its id."""
     strategy = active_strategy()
     try:
-        deployment = _deployment(strategy, model_id) if strategy is not None else None
+        deployment = deployment_by_id(strategy, model_id) if strategy is not None else None
     except RuntimeError:  # its router is gone
         deployment = None
     if deployment is not None and deployment.get("model_name"):

@@ -249,7 +249,8 @@ def request_key(kwargs: Any) -> tuple[str, str] | None:
     return str(call_id), request
 
 
-def _deployment(strategy: Any, model_id: str) -> dict | None:
+def deployment_by_id(strategy: Any, model_id: str) -> dict | None:
+    """The strategy's router's deployment whose id is ``model_id`` (None when it was removed)."""
     return next((d for d in strategy.router.model_list if deployment_id(d) == model_id), None)
 
 
@@ -349,7 +350,7 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
     shadow = getattr(owner, "shadow", None)
     if shadow is not None and success:  # a stream's callback carries the assembled response
         shadow.answered(call_id, kwargs.get("complete_streaming_response") or response,
-                        judge=owner.router.acompletion, lookup=lambda model_id: _deployment(owner, model_id),
+                        judge=owner.router.acompletion, lookup=lambda model_id: deployment_by_id(owner, model_id),
                         judge_deployments=lambda: owner.router.get_model_list(model_name=shadow.settings.judge_model) or [])
     _write_outcome(
         attempt, call_id, success,
