@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .compliance_metrics import record_call_id_conflict, record_log_drop, record_log_truncated
 from .config import DecisionLogSettings, RedisSettings
@@ -64,6 +64,14 @@ class _Owned:
 
     record: dict[str, Any]
     owner: Any
+
+
+class _Line(NamedTuple):
+    """A record on its way to the file and Redis: its JSON line and, for an outcome, its owner."""
+
+    record: dict[str, Any]
+    line: str
+    owner: Any = NO_OWNER
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -524,7 +532,6 @@ class DecisionLogWriter:
         self._index_backlog: deque[tuple[str, str]] = deque()
         self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
         self.index_conflicts = 0  # decisions not indexed: their call id is another key's
-        self._owners: dict[int, Any] = {}  # the current batch's outcomes: id(record) -> owner
         self._warnings = RateLimitedWarnings(logger, 30.0)
         self._closed = False
         self._closing = threading.Lock()  # a submit that saw the writer open is queued before its stop
@@ -596,8 +603,7 @@ class DecisionLogWriter:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            records = [r.record if isinstance(r, _Owned) else r for r in batch if isinstance(r, (dict, _Owned))]
-            self._owners = {id(r.record): r.owner for r in batch if isinstance(r, _Owned)}
+            records = [r for r in batch if isinstance(r, (dict, _Owned))]
             try:
                 self._write(records)
             except Exception as exc:  # nothing may kill the thread: later records may be written
@@ -626,12 +632,13 @@ class DecisionLogWriter:
                 pass
         atexit.unregister(self.close)  # a closed writer needs nothing at exit (and is no longer held by atexit)
 
-    def _write(self, records: list[dict[str, Any]]) -> None:
-        if not records:
+    def _write(self, items: list[dict[str, Any] | _Owned]) -> None:
+        if not items:
             return
-        written: list[tuple[dict[str, Any], str]] = []  # what goes to the file and Redis
+        written: list[_Line] = []  # what goes to the file and Redis
         too_large, unserialisable = 0, 0
-        for record in records:
+        for item in items:
+            record, owner = (item.record, item.owner) if isinstance(item, _Owned) else (item, NO_OWNER)
             try:
                 line, fitted = (fit_line(record, self.files.max_bytes) if self.files is not None
                                 else (json.dumps(record, separators=(",", ":")) + "\n", record))
@@ -652,7 +659,7 @@ class DecisionLogWriter:
                     too_large += 1
                     self._unlogged(record)  # not in the file, not in Redis: no feedback for it anywhere
             if line is not None:
-                written.append((record, line))
+                written.append(_Line(record, line, owner))
         self._drop(too_large + unserialisable)
         if too_large:
             self._warnings.warn("too_large", "PROTEUS decision log: %d records over max_bytes (%d) even without "
@@ -669,28 +676,27 @@ class DecisionLogWriter:
             except Exception as exc:
                 self._warnings.warn("unlogged", "PROTEUS decision log: on_unlogged failed: %s", exc)
 
-    def _write_files(self, written: list[tuple[dict[str, Any], str]]) -> None:
+    def _write_files(self, written: list[_Line]) -> None:
         # a file deleted under the writer: its lines again, in a new one
-        failed, error = self.files.write_lines([line for _, line in written])
+        failed, error = self.files.write_lines([w.line for w in written])
         if failed:
             self._drop(len(failed))
             self._warnings.warn("write", "PROTEUS decision log: %d of %d records not written to %s (dropped, "
                                 "counted): %s", len(failed), len(written), self.files.directory, error)
             if self.redis is None or not self.settings.redis_index:  # in no file and no index: no feedback for it
                 for i in failed:
-                    self._unlogged(written[i][0])
+                    self._unlogged(written[i].record)
 
-    def _write_redis(self, records: list[tuple[dict[str, Any], str]]) -> None:
+    def _write_redis(self, written: list[_Line]) -> None:
         settings = self.settings
-        stream = [line.rstrip("\n") for _, line in records] if settings.redis_stream else []
+        stream = [w.line.rstrip("\n") for w in written] if settings.redis_stream else []
         if settings.redis_index:
-            for record, _ in records:
+            for record, _, owner in written:
                 if record["type"] == "decision":
                     self._index_backlog.append(("decision", index_key(settings.redis_key_prefix, record["call_id"]),
                                                 owner_token(record.get("key_hash")), compact(index_entry(record)),
                                                 record["call_id"]))
                 elif record["type"] == "outcome":
-                    owner = self._owners.get(id(record), NO_OWNER)
                     self._index_backlog.append(("outcome", index_key(settings.redis_key_prefix, record["call_id"]),
                                                 "" if owner is NO_OWNER else owner_token(owner),
                                                 compact(outcome_summary(record)), record["call_id"]))
