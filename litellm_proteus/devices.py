@@ -1,8 +1,9 @@
 """Which device decides: ``device: auto`` is CUDA wherever a CUDA device is usable, for every encoder.
 
-Measured on one H100 host with the decision path's CUDA graphs (docs/gpu.md): the bundled static
+Measured on H100 hosts with the decision path's CUDA graphs (docs/gpu.md): the bundled static
 table decided a 128-token prompt in 1.0-1.5 ms on CUDA against 1.8-2.0 ms on the CPU, and 3,700-4,800
-decisions/s at batch 128 against 2,400-3,100/s; a transformer encoder is faster on the GPU by far.
+decisions/s at batch 128 against 2,400-3,100/s on the same hosts' CPUs; a transformer encoder is
+faster on the GPU by far.
 On a host without a GPU driver, ``auto`` is the CPU and torch is never imported for it, so a
 static-table worker stays on the numpy runtime.  An explicit ``cpu``, ``cuda`` or ``cuda:N`` is
 honoured as given.
