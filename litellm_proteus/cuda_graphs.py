@@ -61,7 +61,7 @@ class ShapeGraphs:
         self._device = device
         self._fn = fn
         self._max_graphs = max_graphs
-        self._graphs: dict[tuple, tuple] = {}
+        self._graphs: dict[tuple, tuple | str] = {}  # shape key -> (graph, inputs, outputs) or _EAGER
         self._pool = None
         self._warned = False
 

@@ -10,11 +10,9 @@ encoder's tokenizer is MiniLM's.  Routing decisions of such an artifact mean not
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
-from pathlib import Path
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+from proteus_train.bench.random_transformer import write_random_transformer_artifact
 
 
 def main() -> None:
@@ -23,17 +21,9 @@ def main() -> None:
     parser.add_argument("out", help="artifact directory to write")
     parser.add_argument("--artifact", default=str(DEFAULT_ARTIFACT_DIR), help="static-encoder artifact to copy")
     args = parser.parse_args()
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig
 
-    out = Path(args.out)
-    shutil.copytree(args.artifact, out)
-    manifest = json.loads((out / "manifest.json").read_text())
-    encoder = out / manifest["encoder"]["name"]
-    (encoder / "static_embeddings.safetensors").unlink()
-    (encoder / "proteus_static.json").unlink()
-    BertModel(BertConfig.from_json_file(args.config_json)).save_pretrained(encoder)
-    manifest["encoder"].update(static_from=None, files_sha256={})
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    write_random_transformer_artifact(BertConfig.from_json_file(args.config_json), args.out, args.artifact)
 
 
 if __name__ == "__main__":

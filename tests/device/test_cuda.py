@@ -4,7 +4,6 @@ artifact's predictor, the micro-batcher in front of it, a short ``proteus train`
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ import torch
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
 from litellm_proteus.batcher import MicroBatcher
 from litellm_proteus.predictor import Candidate, ProteusPredictor
+from proteus_train.bench.random_transformer import write_random_transformer_artifact
 
 pytestmark = [
     pytest.mark.cuda,
@@ -60,19 +60,11 @@ def test_cuda_predictor_replays_graphs_by_default(predictors):
 def transformer_artifact(tmp_path_factory):
     """The bundled artifact routing on a 2-layer BERT of MiniLM's width with random weights (its
     decisions mean nothing; graphs and eager must still agree)."""
-    from transformers import BertConfig, BertModel
+    from transformers import BertConfig
 
-    out = tmp_path_factory.mktemp("tf") / "artifact"
-    shutil.copytree(DEFAULT_ARTIFACT_DIR, out)
-    manifest = json.loads((out / "manifest.json").read_text())
-    encoder = out / manifest["encoder"]["name"]
-    (encoder / "static_embeddings.safetensors").unlink()
-    (encoder / "proteus_static.json").unlink()
     torch.manual_seed(0)
-    BertModel(BertConfig(hidden_size=384, num_hidden_layers=2, num_attention_heads=12, intermediate_size=1536)).save_pretrained(encoder)
-    manifest["encoder"].update(static_from=None, files_sha256={})
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return out
+    config = BertConfig(hidden_size=384, num_hidden_layers=2, num_attention_heads=12, intermediate_size=1536)
+    return write_random_transformer_artifact(config, tmp_path_factory.mktemp("tf") / "artifact")
 
 
 @pytest.mark.parametrize(("backend", "batch"), [("fused", 1), ("fused", 3), ("fused", 37), ("hf", 5)])

@@ -44,9 +44,6 @@ QUICK: dict[str, object] = {
 }
 
 
-CUDA_GRAPHS = {"on": True, "off": False}
-
-
 def _int_list(flag: str):
     def parse(text: str) -> list[int]:
         try:
@@ -197,7 +194,7 @@ def predictor_options(args: argparse.Namespace) -> dict:
         "truncation": args.truncation,
         "max_batch_tokens": args.max_batch_tokens,
         "runtime": None if args.runtime == "auto" else args.runtime,
-        "cuda_graphs": CUDA_GRAPHS[args.cuda_graphs],
+        "cuda_graphs": args.cuda_graphs == "on",
         "tokenizer_threads": args.tokenizer_threads,
     }
     return {k: v for k, v in options.items() if v is not None}
@@ -262,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend,
             max_batch_tokens=args.max_batch_tokens,
             runtime=args.runtime,
-            cuda_graphs=CUDA_GRAPHS[args.cuda_graphs],
+            cuda_graphs=args.cuda_graphs == "on",
             tokenizer_threads=args.tokenizer_threads,
             memory_cache=0,  # every measured decision encodes; cache hits are measured separately
         )
