@@ -146,7 +146,10 @@ def outcome_record(
     error: str | None,
     response: str | None = None,
     ts: float | None = None,
+    client_disconnected: bool = False,
 ) -> dict[str, Any]:
+    """``client_disconnected``: the client left a stream mid-way and the proxy billed the part sent
+    (LiteLLM's disconnect handler runs the success callback on it): ``response`` is that part."""
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "type": "outcome",
@@ -160,6 +163,8 @@ def outcome_record(
     }
     if response is not None:
         record["response"] = response
+    if client_disconnected:
+        record["client_disconnected"] = True
     return record
 
 
@@ -888,12 +893,33 @@ def latest_outcome(decision: Mapping[str, Any], outcomes: Sequence[Mapping[str, 
     return latest
 
 
-def join_log(directory: str | Path) -> list[LoggedDecision]:
+def pick_outcomes(picks: Sequence[Mapping[str, Any]], outcomes: Mapping[str, Sequence[Mapping[str, Any]]]
+                  ) -> list[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+    """Each decision with its own pick's outcome: of its call's outcomes that are its pick's
+    (``outcome_of``), the first one no earlier pick took (a group of one deployment retried it: one
+    failure, then one success)."""
+    by_time = {call_id: sorted(records, key=lambda o: float(o["ts"])) for call_id, records in outcomes.items()}
+    taken: set[int] = set()
+    paired = []
+    for decision in sorted(picks, key=lambda d: float(d["ts"])):
+        mine = None
+        for outcome in by_time.get(decision["call_id"], []):
+            if id(outcome) not in taken and outcome_of(decision, outcome):
+                mine = outcome
+                taken.add(id(outcome))
+                break
+        paired.append((decision, mine))
+    return paired
+
+
+def join_log(directory: str | Path, every_pick: bool = False) -> list[LoggedDecision]:
     """Each call's latest decision (a retry decides again) with the latest outcome of its pick
     (``latest_outcome``: a pick that failed keeps its failure when a fallback group answered after
     it) and the latest feedback, in decision time order.  Outcomes and feedback without a decision
-    are left out."""
-    decisions: dict[str, dict[str, Any]] = {}
+    are left out.  ``every_pick``: every decision instead, each with its own pick's outcome (a retried
+    call's failed attempts included) and without feedback, which labels a call's answer only."""
+    latest: dict[str, dict[str, Any]] = {}
+    picks: list[dict[str, Any]] = []
     outcomes: dict[str, list[dict[str, Any]]] = {}
     feedback: dict[str, dict[str, Any]] = {}
     for record in iter_records(directory):
@@ -901,11 +927,16 @@ def join_log(directory: str | Path) -> list[LoggedDecision]:
         if record["type"] == "outcome":
             outcomes.setdefault(call_id, []).append(record)
             continue
-        table = decisions if record["type"] == "decision" else feedback
+        if record["type"] == "decision":
+            picks.append(record)
+        table = latest if record["type"] == "decision" else feedback
         if supersedes(record, table.get(call_id)):
             table[call_id] = record
-    joined = [
-        LoggedDecision(d, latest_outcome(d, outcomes.get(call_id, [])), feedback[call_id]["score"] if call_id in feedback else None)
-        for call_id, d in decisions.items()
-    ]
+    if every_pick:
+        joined = [LoggedDecision(d, outcome) for d, outcome in pick_outcomes(picks, outcomes)]
+    else:
+        joined = [
+            LoggedDecision(d, latest_outcome(d, outcomes.get(call_id, [])), feedback[call_id]["score"] if call_id in feedback else None)
+            for call_id, d in latest.items()
+        ]
     return sorted(joined, key=lambda row: float(row.decision["ts"]))

@@ -7,7 +7,10 @@
   ``x-proteus-tau-capped: true`` when the request asked above its tier's tau; with either,
   ``x-proteus-tau-requested`` shows the tau asked for; ``x-proteus-device``: where the decision ran.  ``x-proteus-delta``: the compliance
   controller's offset (routed at calibrated(tau + delta)); ``x-proteus-infeasible: true`` when even
-  the top operating point is predicted below tau on the recent window.
+  the top operating point is predicted below tau on the recent window.  On an error response (every
+  attempt failed) the request's context only (tau, its source, tier, delta, infeasible, the tau
+  moves) and ``x-proteus-failed``: the trained slot of the last pick, which failed; no header there
+  describes an answer.
 - Log: logger ``litellm_proteus.decisions``, INFO, one JSON object per decision.
 - Prometheus (``prometheus_client`` default registry, which LiteLLM's ``prometheus`` callback
   serves on ``/metrics``): ``proteus_decisions_total{model_group,tier,tau_source,model}``,
@@ -75,12 +78,29 @@ class DecisionRecord:
     breaker_excluded: int = 0  # deployments the quality breaker left out of this request's candidates
 
     def headers(self) -> dict[str, str]:
+        """The headers of a response this decision's pick answered."""
+        headers = self.context_headers()
+        headers["x-proteus-mu"] = f"{self.mu:.4f}"
+        headers["x-proteus-model"] = self.model
+        if self.device:
+            headers["x-proteus-device"] = self.device
+        if self.operating_point:
+            headers["x-proteus-operating-point"] = self.operating_point
+        if self.repriced_from:
+            headers["x-proteus-repriced-from"] = self.repriced_from
+        return headers
+
+    def failure_headers(self) -> dict[str, str]:
+        """The headers of an error response whose last attempt was this decision's pick: what the
+        request was routed for, and the pick that failed (``x-litellm-model-id`` names its deployment)."""
+        return {**self.context_headers(), "x-proteus-failed": self.model}
+
+    def context_headers(self) -> dict[str, str]:
+        """What the request was routed for, whatever answered it."""
         headers = {
             "x-proteus-tau": f"{self.tau:.4g}",
             "x-proteus-tau-source": self.tau_source,
             "x-proteus-tier": self.tier,
-            "x-proteus-mu": f"{self.mu:.4f}",
-            "x-proteus-model": self.model,
             "x-proteus-delta": f"{self.delta:.4f}",
         }
         if self.infeasible:
@@ -91,12 +111,6 @@ class DecisionRecord:
             headers["x-proteus-tau-capped"] = "true"
         if self.clamped or self.capped:
             headers["x-proteus-tau-requested"] = f"{self.tau_requested:.4g}"
-        if self.device:
-            headers["x-proteus-device"] = self.device
-        if self.operating_point:
-            headers["x-proteus-operating-point"] = self.operating_point
-        if self.repriced_from:
-            headers["x-proteus-repriced-from"] = self.repriced_from
         return headers
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,14 +1,16 @@
 """``proteus compliance --log DIR``: is each tier's accuracy floor kept on live traffic?
 
-Per tier of the decision log (``litellm_proteus/decision_log.py``): requests, predicted accuracy
-(mean calibrated p of the chosen deployments), realised accuracy over the labelled requests (mean
+Per tier of the decision log (``litellm_proteus/decision_log.py``): requests (calls), failed (calls
+whose last PROTEUS pick did not answer: a fallback group did, or nothing), predicted accuracy (mean
+calibrated p of the chosen deployments), realised accuracy over the labelled requests (mean
 feedback score; ``LoggedDecision.label``: a score for a call whose pick failed, answered by a
-fallback group, is not the pick's and is left out) with a 95 % Wilson interval, cost per 1K requests (LiteLLM's ``response_cost`` where
-an outcome has one, else the routing estimate) and the controller's δ over time (mean per quarter
-of the tier's requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
+fallback group, is not the pick's and is left out) with a 95 % Wilson interval, cost per 1K
+requests (``request_cost``) and the controller's δ over time (mean per quarter of the tier's
+requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
 the predicted and the realised accuracy over trailing windows of ``--window`` requests.
 
-Per deployment that served requests: requests, labels, the mean calibrated p of its labelled
+Per deployment PROTEUS picked: picks (every attempt, a retried call's failed ones included), failed
+picks, labels, the mean calibrated p of its labelled
 decisions *before* the deployment correction (what the quality breaker and the correction judge
 against), the realised accuracy with its Wilson interval, their difference (the residual) and the
 correction its latest decision carried (``p_correction``).  A deployment far below its predictions
@@ -42,6 +44,7 @@ def wilson_interval(successes: float, n: int) -> tuple[float, float]:
 class TierCompliance:
     tier: str
     requests: int
+    failed: int  # calls whose last PROTEUS pick did not answer
     tau: float  # mean promised tau
     predicted_accuracy: float
     labels: int
@@ -51,10 +54,19 @@ class TierCompliance:
     delta_over_time: list[float]  # mean delta per quarter of the tier's requests, in time order
 
 
+def failed(row: LoggedDecision) -> bool:
+    return row.outcome is not None and row.outcome.get("success") is False
+
+
 def request_cost(row: LoggedDecision) -> float:
+    """What the call's PROTEUS pick was billed: LiteLLM's ``response_cost`` where its outcome has one;
+    else 0 for a failed pick (an error answer is not billed) and the routing estimate for the rest.
+    A fallback group's answer is not PROTEUS's pick and is not in its log."""
     cost = (row.outcome or {}).get("response_cost")
     if isinstance(cost, (int, float)):
         return float(cost)
+    if failed(row):
+        return 0.0
     decision = row.decision
     return float(decision["candidates"][decision["chosen"]]["cost_usd"])
 
@@ -74,6 +86,7 @@ def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:
     return TierCompliance(
         tier=tier,
         requests=n,
+        failed=sum(failed(r) for r in rows),
         tau=sum(target_tau(r) for r in rows) / n,
         predicted_accuracy=sum(chosen_p(r.decision) for r in rows) / n,
         labels=len(scores),
@@ -88,7 +101,8 @@ def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:
 class DeploymentFeedback:
     deployment_id: str
     model: str
-    requests: int  # decisions that chose it
+    picks: int  # decisions that chose it, every attempt of a retried call included
+    failed: int  # of those, the ones that did not answer
     labels: int
     predicted_accuracy: float | None  # mean p before correction over its labelled decisions
     realised_accuracy: float | None
@@ -97,31 +111,42 @@ class DeploymentFeedback:
     p_correction: float  # the correction its latest decision carried
 
 
-def deployment_feedback(rows: list[LoggedDecision]) -> list[DeploymentFeedback]:
-    """Per chosen deployment, most requests first."""
-    served: dict[str, list[LoggedDecision]] = {}
+def chosen_deployment(row: LoggedDecision) -> str:
+    return str(row.decision["candidates"][row.decision["chosen"]]["deployment_id"])
+
+
+def deployment_feedback(rows: list[LoggedDecision], picks: list[LoggedDecision]) -> list[DeploymentFeedback]:
+    """Per chosen deployment, most picks first: ``picks`` (``join_log(every_pick=True)``) count
+    attempts and failures, the calls' ``rows`` the labels (a label scores a call's answer)."""
+    attempts: dict[str, list[LoggedDecision]] = {}
+    for pick in picks:
+        attempts.setdefault(chosen_deployment(pick), []).append(pick)
+    answered: dict[str, list[LoggedDecision]] = {}
     for row in rows:
-        served.setdefault(str(row.decision["candidates"][row.decision["chosen"]]["deployment_id"]), []).append(row)
+        answered.setdefault(chosen_deployment(row), []).append(row)
     report = []
-    for deployment, picks in served.items():
-        chosen = [r.decision["candidates"][r.decision["chosen"]] for r in picks]
-        labelled = [(c, r.label) for c, r in zip(chosen, picks) if r.label is not None]
+    for deployment, tried in attempts.items():
+        calls = answered.get(deployment, [])
+        chosen = [r.decision["candidates"][r.decision["chosen"]] for r in calls]
+        labelled = [(c, r.label) for c, r in zip(chosen, calls) if r.label is not None]
         predicted = realised = None
         if labelled:
             predicted = sum(uncorrected_p(c) for c, _ in labelled) / len(labelled)
             realised = sum(score for _, score in labelled) / len(labelled)
+        latest = tried[-1].decision["candidates"][tried[-1].decision["chosen"]]
         report.append(DeploymentFeedback(
             deployment_id=deployment,
-            model=str(chosen[-1]["model"]),
-            requests=len(picks),
+            model=str(latest["model"]),
+            picks=len(tried),
+            failed=sum(failed(p) for p in tried),
             labels=len(labelled),
             predicted_accuracy=predicted,
             realised_accuracy=realised,
             realised_ci95=wilson_interval(sum(score for _, score in labelled), len(labelled)) if labelled else None,
             residual=None if realised is None else realised - predicted,
-            p_correction=float(chosen[-1].get("p_correction", 0.0)),
+            p_correction=float(latest.get("p_correction", 0.0)),
         ))
-    return sorted(report, key=lambda d: (-d.requests, d.deployment_id))
+    return sorted(report, key=lambda d: (-d.picks, d.deployment_id))
 
 
 def by_tier(rows: list[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
@@ -132,7 +157,7 @@ def by_tier(rows: list[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
 
 
 def format_report(report: list[TierCompliance]) -> str:
-    lines = [f"{'tier':<12} {'requests':>8} {'tau':>6} {'predicted':>9} {'labels':>6} {'realised [95% CI]':>24} {'cost/1K $':>10}  delta over time"]
+    lines = [f"{'tier':<12} {'requests':>8} {'failed':>6} {'tau':>6} {'predicted':>9} {'labels':>6} {'realised [95% CI]':>24} {'cost/1K $':>10}  delta over time"]
     for t in report:
         realised = (
             f"{t.realised_accuracy:.3f} [{t.realised_ci95[0]:.3f}, {t.realised_ci95[1]:.3f}]"
@@ -141,20 +166,20 @@ def format_report(report: list[TierCompliance]) -> str:
         )
         deltas = " ".join(f"{d:+.3f}" for d in t.delta_over_time)
         lines.append(
-            f"{t.tier:<12} {t.requests:>8} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
+            f"{t.tier:<12} {t.requests:>8} {t.failed:>6} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
             f"{t.cost_per_1k_usd:>10.4f}  {deltas}"
         )
     return "\n".join(lines)
 
 
 def format_deployments(report: list[DeploymentFeedback]) -> str:
-    lines = [f"{'deployment':<24} {'model':<28} {'requests':>8} {'labels':>6} {'predicted':>9} {'realised [95% CI]':>24} "
+    lines = [f"{'deployment':<24} {'model':<28} {'picks':>8} {'failed':>6} {'labels':>6} {'predicted':>9} {'realised [95% CI]':>24} "
              f"{'residual':>8} {'correction':>10}"]
     for d in report:
         labelled = d.labels > 0
         realised = f"{d.realised_accuracy:.3f} [{d.realised_ci95[0]:.3f}, {d.realised_ci95[1]:.3f}]" if labelled else "-"
         lines.append(
-            f"{d.deployment_id[:24]:<24} {d.model[:28]:<28} {d.requests:>8} {d.labels:>6} "
+            f"{d.deployment_id[:24]:<24} {d.model[:28]:<28} {d.picks:>8} {d.failed:>6} {d.labels:>6} "
             f"{f'{d.predicted_accuracy:.3f}' if labelled else '-':>9} {realised:>24} "
             f"{f'{d.residual:+.3f}' if labelled else '-':>8} {d.p_correction:>+10.3f}"
         )
@@ -208,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.log}: no decision records (is it a decision_log.dir?)")
     tiers = by_tier(rows)
     report = [tier_compliance(tier, tier_rows) for tier, tier_rows in tiers.items()]
-    deployments = deployment_feedback(rows)
+    deployments = deployment_feedback(rows, join_log(args.log, every_pick=True))
     print(format_report(report))
     print()
     print(format_deployments(deployments))

@@ -81,7 +81,8 @@ def read_log(log_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any], dict[
 
 
 def eligible_calls(log_dir: Path) -> list[tuple[str, str, str]]:
-    """(call_id, prompt, response) of every call with both texts and no feedback yet.
+    """(call_id, prompt, response) of every call with both texts and no feedback yet (not a stream its
+    client left mid-way: its logged response is the part sent).
 
     A log that has decisions but nothing to judge because the proxy did not log the texts is an
     error naming the setting (``decision_log.log_responses`` / ``log_prompts``)."""
@@ -90,7 +91,8 @@ def eligible_calls(log_dir: Path) -> list[tuple[str, str, str]]:
         raise ValueError(f"--log {log_dir}: no decision records in its decisions-*.jsonl files (is it a decision_log.dir?)")
     out = []
     for d in decisions:
-        response = outcomes.get(d["call_id"], {}).get("response")
+        outcome = outcomes.get(d["call_id"], {})
+        response = None if outcome.get("client_disconnected") else outcome.get("response")  # a part is no answer to judge
         if isinstance(d.get("prompt"), str) and isinstance(response, str) and d["call_id"] not in feedback:
             out.append((d["call_id"], d["prompt"], response))
     if not out:

@@ -17,7 +17,8 @@ it:
 - adds the decision headers to the response (``async_post_call_response_headers_hook``); when
   another deployment than PROTEUS's pick answered (a fallback group, after the pick failed), only
   ``x-proteus-fallback: <the group that answered>``: the decision headers describe a pick that did
-  not answer;
+  not answer; on an error response, what the request was routed for and ``x-proteus-failed: <the
+  last pick's model>`` (``DecisionRecord.failure_headers``);
 - writes the outcome of each PROTEUS pick to the decision log (success/failure events, and the
   request's end in an error for a pick LiteLLM ran no failure event for: ``serving_log``).
 
@@ -111,6 +112,8 @@ class ProteusHook(CustomLogger):
         record = decision_from_request(data) if isinstance(data, dict) else None
         if record is None:
             return None
+        if response is None:  # the request ended in an error: LiteLLM's failure path passes no response
+            return record.failure_headers()
         answered = answering_model_id(response, litellm_call_info)
         if answered is not None and record.deployment_id and answered != record.deployment_id:
             return {FALLBACK_HEADER: answering_group(data, answered)}

@@ -255,19 +255,21 @@ def deployment_by_id(strategy: Any, model_id: str) -> dict | None:
 
 
 def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_cost: float | None = None,
-                   latency_ms: float | None = None, error: str | None = None, response: str | None = None) -> None:
+                   latency_ms: float | None = None, error: str | None = None, response: str | None = None,
+                   client_disconnected: bool = False) -> None:
     """The outcome record of one pick, in the log of the strategy that logged its decision (or of the
     strategy a settings change put in its place); the feedback desk learns it too."""
     strategy = current_strategy(attempt.owner)
     if strategy is None or getattr(strategy, "decision_log", None) is None:
         return
     record = outcome_record(call_id=call_id, deployment_id=attempt.deployment_id, success=success,
-                            response_cost=response_cost, latency_ms=latency_ms, error=error, response=response)
+                            response_cost=response_cost, latency_ms=latency_ms, error=error, response=response,
+                            client_disconnected=client_disconnected)
     strategy.decision_log.submit(record, attempt.key_hash)
     if strategy.feedback_desk is not None:
         strategy.feedback_desk.settle(record, attempt.key_hash)
-    if not success and getattr(strategy, "shadow", None) is not None:
-        strategy.shadow.forget(call_id)  # only an answered pick is judged
+    if (not success or client_disconnected) and getattr(strategy, "shadow", None) is not None:
+        strategy.shadow.forget(call_id)  # only a pick's whole answer is judged
 
 
 def _error_messages(attempt: Attempt) -> bool:
@@ -347,8 +349,9 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
         latency_ms = None
     cost = kwargs.get("response_cost")
     error = None if success else error_text(kwargs.get("exception"), owner.config.decision_log.log_prompts)
+    disconnected = success and client_disconnected(kwargs)
     shadow = getattr(owner, "shadow", None)
-    if shadow is not None and success:  # a stream's callback carries the assembled response
+    if shadow is not None and success and not disconnected:  # a stream's callback carries the assembled response
         shadow.answered(call_id, kwargs.get("complete_streaming_response") or response,
                         judge=owner.router.acompletion, lookup=lambda model_id: deployment_by_id(owner, model_id),
                         judge_deployments=lambda: owner.router.get_model_list(model_name=shadow.settings.judge_model) or [])
@@ -358,4 +361,12 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
         latency_ms=latency_ms,
         error=error,
         response=response_text(response) if success and owner.config.decision_log.log_responses else None,
+        client_disconnected=disconnected,
     )
+
+
+def client_disconnected(kwargs: dict) -> bool:
+    """Whether the proxy marked the call's client as gone mid-stream (LiteLLM's
+    ``_record_streaming_client_disconnect_if_needed`` sets ``client_disconnected`` in the call's
+    metadata before it bills the part sent as a success)."""
+    return any(metadata.get("client_disconnected") is True for metadata in metadatas_of(kwargs))

@@ -239,8 +239,9 @@ class FlakyUpstream:
     """A loopback OpenAI-compatible server (chat, completions, embeddings, responses) in a thread:
     each answer names the model it was asked for; calls for a model in ``failure_rates`` fail with
     HTTP 500 at that rate (seeded, so runs repeat), and the next ``fail_next[model]`` calls for a
-    model fail whatever its rate (both may be changed while it runs).  Counts calls and injected
-    failures per model."""
+    model fail whatever its rate (both may be changed while it runs).  A chat request with ``stream``
+    is answered as server-sent events: ``stream_chunks`` content chunks, ``stream_delay_s`` apart.
+    Counts calls and injected failures per model."""
 
     def __init__(self, failure_rates: dict[str, float], seed: int = 0):
         import asyncio
@@ -249,6 +250,7 @@ class FlakyUpstream:
 
         self.failure_rates = failure_rates
         self.fail_next: dict[str, int] = {}
+        self.stream_chunks, self.stream_delay_s = 3, 0.0
         self.calls: dict[str, int] = {}
         self.failures: dict[str, int] = {}
         self._random = random.Random(seed)
@@ -297,6 +299,8 @@ class FlakyUpstream:
                 if forced or self._random.random() < self.failure_rates.get(model, 0.0):
                     self.failures[model] = self.failures.get(model, 0) + 1
                     return web.json_response({"error": {"message": "injected failure", "type": "server_error"}}, status=500)
+                if kind == "chat" and isinstance(body, dict) and body.get("stream"):
+                    return await self._stream(request, model)
                 return web.json_response(self._answer(kind, model, f"served by {model}"))
 
             return handle
@@ -314,6 +318,29 @@ class FlakyUpstream:
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
         self._loop.close()
+
+    async def _stream(self, request, model: str):
+        import asyncio
+        import json
+
+        from aiohttp import web
+
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+
+        def event(delta: dict, finish: str | None) -> bytes:
+            chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return f"data: {json.dumps(chunk)}\n\n".encode()
+
+        try:
+            for i in range(self.stream_chunks):
+                await response.write(event({"role": "assistant", "content": f"part {i} by {model} "}, None))
+                await asyncio.sleep(self.stream_delay_s)
+            await response.write(event({}, "stop") + b"data: [DONE]\n\n")
+        except ConnectionResetError:  # the proxy hung up (its client went away)
+            pass
+        return response
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -44,7 +44,7 @@ def test_the_report_per_tier_with_the_figure_and_json(tmp_path, capsys):
     argv = ["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json"), "--window", "2"]
     assert proteus_cli(argv) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split()[:3] == ["tier", "requests", "tau"]
+    assert out.splitlines()[0].split()[:4] == ["tier", "requests", "failed", "tau"]
     written = json.loads((tmp_path / "c.json").read_text())
     report = {t["tier"]: t for t in written["tiers"]}
     premium, economy = report["premium"], report["economy"]
@@ -59,10 +59,11 @@ def test_the_report_per_tier_with_the_figure_and_json(tmp_path, capsys):
     # per deployment: b served premium (c0, c2, c4, c6; labels 1, 0, 1), judged against its p before correction
     deployments = {d["deployment_id"]: d for d in written["deployments"]}
     strong, cheap = deployments["b"], deployments["a"]
-    assert strong["model"] == "strong" and strong["requests"] == 4 and strong["labels"] == 3
+    assert strong["model"] == "strong" and strong["picks"] == 4 and strong["failed"] == 0 and strong["labels"] == 3
     assert strong["predicted_accuracy"] == pytest.approx(0.9) and strong["realised_accuracy"] == pytest.approx(2 / 3)
     assert strong["residual"] == pytest.approx(2 / 3 - 0.9) and strong["p_correction"] == pytest.approx(-0.06)
-    assert cheap["requests"] == 4 and cheap["labels"] == 0 and cheap["residual"] is None
+    assert cheap["picks"] == 4 and cheap["labels"] == 0 and cheap["residual"] is None
+    assert premium["failed"] == economy["failed"] == 0
     assert "deployment" in out and "-0.233" in out and "-0.060" in out
 
 
@@ -86,6 +87,32 @@ def test_a_score_for_a_call_whose_pick_failed_is_no_label_of_the_pick(tmp_path, 
     [premium], [strong] = written["tiers"], written["deployments"]
     assert (premium["requests"], premium["labels"], premium["realised_accuracy"]) == (2, 1, 1.0)
     assert (strong["labels"], strong["residual"]) == (1, pytest.approx(0.1))
+
+
+def test_every_attempt_of_a_retried_call_counts_for_its_deployment_and_a_failed_call_costs_what_it_was_billed(tmp_path):
+    """c0: gpt-4 failed, then mixtral answered; c1: mixtral failed twice (a group of one retried it),
+    then a fallback group answered; c2: gpt-4 answered.  Failed picks carry no response cost."""
+    writer = DecisionLogWriter(DecisionLogSettings(dir=str(tmp_path / "log")))
+    candidates = [LoggedCandidate("gpt4", 0, "gpt-4", 0.03, 0.9), LoggedCandidate("mixtral", 1, "mixtral", 0.002, 0.8)]
+    attempts = [("c0", 0, False, None), ("c0", 1, True, 0.0025), ("c1", 1, False, None), ("c1", 1, False, None),
+                ("c2", 0, True, 0.031)]
+    for i, (call_id, chosen, success, cost) in enumerate(attempts):
+        writer.submit(decision_record(
+            call_id=call_id, key_hash=None, tier="premium", tau_source="default", state_key="tier:premium@0.85", tau=0.85,
+            tau_requested=None, tau_effective=0.85, delta=0.0, mu=0.5, model_group="g", candidates=candidates,
+            chosen=chosen, propensity=1.0, prompt=call_id, artifact="", log_prompt=False, ts=100.0 + i))
+        writer.submit(outcome_record(call_id=call_id, deployment_id=candidates[chosen].deployment_id, success=success,
+                                     response_cost=cost, latency_ms=None, error=None if success else "boom", ts=100.5 + i))
+    assert writer.flush()
+    writer.close()
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
+    assert proteus_cli(argv) == 0
+    written = json.loads((tmp_path / "c.json").read_text())
+    [premium] = written["tiers"]
+    assert (premium["requests"], premium["failed"]) == (3, 1)
+    assert premium["cost_per_1k_usd"] == pytest.approx(1000 * (0.0025 + 0.0 + 0.031) / 3)  # not c1's estimate 0.002
+    deployments = {d["deployment_id"]: (d["picks"], d["failed"]) for d in written["deployments"]}
+    assert deployments == {"mixtral": (3, 2), "gpt4": (2, 1)}
 
 
 def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):

@@ -494,5 +494,36 @@ def test_a_request_whose_every_attempt_failed_has_a_failure_outcome_per_pick(fai
     failing(failover_upstream, "solo")
     response = failover_proxy.chat("sk-alice", model="proteus-solo")
     assert response.status_code == 500, response.text
+    headers = {k: v for k, v in response.headers.items() if k.startswith("x-proteus-")}
+    assert headers["x-proteus-failed"] == "gpt-4-1106-preview" and headers["x-proteus-tier"] == "premium"
+    assert not {"x-proteus-model", "x-proteus-mu", "x-proteus-operating-point"} & set(headers)  # nothing answered
     records = attempts_of(failover_proxy, response.headers["x-litellm-call-id"], 6)
     assert records == [("decision", "solo", None), ("outcome", "solo", False)] * 3
+
+
+def test_a_stream_its_client_leaves_mid_way_is_logged_as_a_partial_answer(failover_proxy, failover_upstream):
+    """The proxy bills the part sent as a success (LiteLLM's disconnect handler); the outcome says the
+    client left, so the judge and shadow evaluation do not score the part as the pick's answer."""
+    failing(failover_upstream)
+    failover_upstream.stream_chunks, failover_upstream.stream_delay_s = 40, 0.1
+    body = {"model": "proteus-solo", "stream": True, "messages": [{"role": "user", "content": "Count slowly."}]}
+    try:
+        with httpx.stream("POST", failover_proxy.base + "/v1/chat/completions", json=body, timeout=60,
+                          headers={"Authorization": "Bearer sk-alice"}) as left:
+            assert left.status_code == 200
+            call_id = left.headers["x-litellm-call-id"]
+            lines = left.iter_lines()
+            while "part 1 " not in next(lines):  # two chunks read, then the client hangs up
+                pass
+        with httpx.stream("POST", failover_proxy.base + "/v1/chat/completions", json=body, timeout=60,
+                          headers={"Authorization": "Bearer sk-alice"}) as read:
+            whole_id = read.headers["x-litellm-call-id"]
+            text = "".join(read.iter_lines())
+    finally:
+        failover_upstream.stream_chunks, failover_upstream.stream_delay_s = 3, 0.0
+    assert "part 39 " in text
+    rows = wait_for_log(failover_proxy, [call_id, whole_id])
+    partial, whole = rows[call_id].outcome, rows[whole_id].outcome
+    assert partial["success"] is True and partial["client_disconnected"] is True
+    assert "part 0 by solo-gpt-4" in partial["response"] and "part 39 " not in partial["response"]
+    assert whole["success"] is True and "client_disconnected" not in whole and "part 39 " in whole["response"]

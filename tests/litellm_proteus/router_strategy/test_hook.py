@@ -110,10 +110,20 @@ def test_every_metadata_field_the_plugin_sets_is_dropped_from_a_client_request(m
 
 def test_headers_come_from_the_routers_decision():
     headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(
-        data={"metadata": {"proteus": RECORD.to_dict()}}, user_api_key_dict=None, response=None))
+        data={"metadata": {"proteus": RECORD.to_dict()}}, user_api_key_dict=None, response=object()))
     assert headers == {
         "x-proteus-tau": "0.7", "x-proteus-tau-source": "redis", "x-proteus-tier": "economy", "x-proteus-mu": "0.2500",
         "x-proteus-model": "gpt-4-1106-preview", "x-proteus-delta": "0.0000", "x-proteus-tau-capped": "true", "x-proteus-tau-requested": "0.95",
     }
     assert asyncio.run(proteus_hook.async_post_call_response_headers_hook(
-        data={"metadata": {}}, user_api_key_dict=None, response=None)) is None
+        data={"metadata": {}}, user_api_key_dict=None, response=object())) is None
+
+
+def test_an_error_response_says_what_was_asked_and_which_pick_failed_not_what_answered():
+    """LiteLLM's failure path calls the hook with no response: every attempt failed."""
+    headers = asyncio.run(proteus_hook.async_post_call_response_headers_hook(
+        data={"metadata": {"proteus": RECORD.to_dict()}}, user_api_key_dict=None, response=None))
+    assert headers == {
+        "x-proteus-tau": "0.7", "x-proteus-tau-source": "redis", "x-proteus-tier": "economy", "x-proteus-delta": "0.0000",
+        "x-proteus-tau-capped": "true", "x-proteus-tau-requested": "0.95", "x-proteus-failed": "gpt-4-1106-preview",
+    }

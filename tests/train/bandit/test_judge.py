@@ -209,3 +209,18 @@ def test_without_a_budget_unpriced_calls_are_counted_and_the_run_goes_on(tmp_pat
     summary = judge(args_for(tmp_path, judge_model="proteus-judge"))
     assert summary["unpriced_calls"] == 5 and summary["spent_usd"] == 0.0 and not summary["stopped_unpriced"]
     assert capsys.readouterr().err.count("is unknown") == 1  # warned once
+
+
+def test_a_stream_its_client_left_mid_way_is_not_judged(tmp_path, judge_upstream):
+    """Its logged response is the part sent before the client hung up: no answer to score."""
+    write_log(tmp_path)
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        if record["type"] == "outcome" and record["call_id"] == "c0":
+            record.update(schema=2, deployment_id="a", client_disconnected=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = judge(args_for(tmp_path))
+    assert summary["eligible"] == 4  # c5 already has feedback, c0 is a part
+    judged = [json.loads(line)["call_id"] for f in tmp_path.glob("*-judge.jsonl") for line in f.read_text().splitlines()]
+    assert "c0" not in judged and judged
