@@ -60,7 +60,12 @@ class RedisSettings(BaseModel):
     port: Integer = Field(6379, ge=1, le=65535)
     db: Integer = Field(0, ge=0)
     password: str | None = None
-    timeout_ms: Number = Field(50.0, gt=0, le=10_000, description="per lookup; slower Redis -> default tier")
+    timeout_ms: Number = Field(50.0, gt=0, le=10_000, description="per lookup of a key with a last known tier; slower -> that tier")
+    unknown_key_timeout_ms: Number = Field(
+        1000.0, gt=0, le=60_000,
+        description="per lookup of a key with no last known tier (every key after a restart): a slow answer is "
+                    "waited for this long rather than serve the default tier; a refused connection fails at once",
+    )
     key_prefix: str = "proteus:tier:"
     cache_ttl_s: Number = Field(5.0, ge=0, le=3600, description="in-process cache of looked-up tiers (0 = off)")
     retry_after_s: Number = Field(1.0, ge=0, le=3600, description="after a failed lookup, the default tier without asking Redis for this long")

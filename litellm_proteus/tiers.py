@@ -23,7 +23,10 @@ The proxy looks tiers up with a bounded timeout (``timeout_ms``); Redis trouble 
 - answers are cached in-process for ``cache_ttl_s``; each key's last answer is also kept for
   ``stale_ttl_s`` (bounded, least recently used dropped first) and served while Redis is slow or
   down (stale-if-error), so a Redis blip never moves a known key to another tier;
-- a key Redis never answered for gets the default tier while Redis is unreachable, with a warning.
+- a key with no last known tier (every key after a restart) waits up to ``unknown_key_timeout_ms``
+  for a slow answer (a busy event loop, a Redis stall): its tier is worth a wait, the default tier
+  may break its SLA; it gets the default tier, with a warning, when Redis refuses or stays silent
+  that long.
 
 ``proteus tiers set|get|delete`` refuse a key holding a control character; ``list`` prints such keys
 and tiers ``repr``-escaped and warns about raw keys in Redis, which ``rehash`` moves to their hashes;
@@ -97,6 +100,7 @@ class TierStore:
         self.settings = settings
         self.timeout = settings.timeout_ms / 1000.0
         self.connect_timeout = settings.connect_timeout_ms / 1000.0
+        self.unknown_key_timeout = max(self.timeout, settings.unknown_key_timeout_ms / 1000.0)
         self._async_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # Per event loop: the task opening its first connection (kept once it succeeded).
         self._first_connects: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -104,7 +108,11 @@ class TierStore:
         self._sync_client: Any = None
         self._cache: dict[str, tuple[str | None, float]] = {}
         self._last_known: OrderedDict[str, tuple[str | None, float]] = OrderedDict()  # key hash -> (tier, expiry)
-        self._down_until = 0.0  # monotonic time before which Redis is not asked (after a failure)
+        # Monotonic times before which Redis is not asked again: after any failure (for keys with a
+        # last known tier, served from it), and after an outage (a refused connection, or silence
+        # past ``unknown_key_timeout``: for every key).  A reply slower than ``timeout`` is no outage.
+        self._down_until = 0.0
+        self._unreachable_until = 0.0
 
     def redis_key(self, key_hash: str) -> str:
         return f"{self.settings.key_prefix}{key_hash}"
@@ -137,7 +145,7 @@ class TierStore:
         try:
             await self._first_connection()
         except Exception as exc:  # start-up goes on without Redis
-            self._down_until = time.monotonic() + self.settings.retry_after_s
+            self._down_until = self._unreachable_until = time.monotonic() + self.settings.retry_after_s
             logger.warning("PROTEUS: Redis at %s is not reachable at start-up (%s); tiers fall back to the default tier until it is", self._where(), _reason(exc))
             return False
         return True
@@ -196,28 +204,34 @@ class TierStore:
             self._sync_client.close()
             self._sync_client = None
 
-    async def aget(self, key_hash: str) -> str | None:
-        """The key's tier or None; TierStoreError when Redis cannot answer within the timeout.
+    async def aget(self, key_hash: str, patient: bool = False) -> str | None:
+        """The key's tier or None; TierStoreError when Redis cannot answer within ``timeout_ms``
+        (``patient``: ``unknown_key_timeout_ms``).
 
-        After a connection failure or timeout Redis is not asked again for ``retry_after_s``: a
-        Redis outage costs each request nothing, instead of one timeout."""
+        After a failure Redis is not asked again for ``retry_after_s``: a Redis outage costs each
+        request nothing, instead of one timeout.  A ``patient`` lookup skips only an outage (a
+        refused connection, or silence past its own budget), not another lookup's short timeout."""
         now = time.monotonic()
         cached = self._cache.get(key_hash)
         if cached is not None and cached[1] > now:
             return cached[0]
-        if now < self._down_until:
-            raise TierStoreError(f"Redis at {self._where()} failed recently; asking again in {self._down_until - now:.1f} s")
+        blocked_until = self._unreachable_until if patient else self._down_until
+        if now < blocked_until:
+            raise TierStoreError(f"Redis at {self._where()} failed recently; asking again in {blocked_until - now:.1f} s")
         import redis
 
         budget_ms = self.settings.connect_timeout_ms
         try:
             await self._first_connection()
-            budget_ms = self.settings.timeout_ms
-            tier = await asyncio.wait_for(self._async_client().get(self.redis_key(key_hash)), self.timeout)
+            timeout = self.unknown_key_timeout if patient else self.timeout
+            budget_ms = timeout * 1000.0
+            tier = await asyncio.wait_for(self._async_client().get(self.redis_key(key_hash)), timeout)
         except redis.exceptions.ResponseError as exc:  # Redis answered (e.g. WRONGTYPE): this key only
             raise TierStoreError(f"Redis at {self._where()}: {exc}") from exc
         except (asyncio.TimeoutError, OSError, redis.exceptions.RedisError) as exc:
             self._down_until = time.monotonic() + self.settings.retry_after_s
+            if patient or not isinstance(exc, asyncio.TimeoutError):
+                self._unreachable_until = self._down_until
             raise TierStoreError(f"Redis at {self._where()} failed or did not answer within {budget_ms:g} ms ({_reason(exc)})") from exc
         except Exception as exc:  # anything else from the client library: still never a failed request
             raise TierStoreError(f"Redis at {self._where()} failed: {type(exc).__name__}: {exc}") from exc
@@ -233,8 +247,9 @@ class TierStore:
     async def alookup(self, key_hash: str) -> TierLookup:
         """``aget``, but while Redis cannot answer a key with a last known tier (read from Redis at
         most ``stale_ttl_s`` ago) gets that tier, marked stale; TierStoreError only for other keys."""
+        known = self._last_known.get(key_hash)
         try:
-            return TierLookup(await self.aget(key_hash))
+            return TierLookup(await self.aget(key_hash, patient=known is None or known[1] <= time.monotonic()))
         except TierStoreError as exc:
             known = self._last_known.get(key_hash)
             if known is None or known[1] <= time.monotonic():

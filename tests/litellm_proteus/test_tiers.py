@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 import yaml
@@ -361,3 +362,45 @@ def test_cli_rehash_moves_tiers_stored_under_raw_keys_to_their_hashes(redis_serv
     assert raw.get(f"proteus:tier:{hash_key(RAW_KEY)}") == "premium"
     assert raw.get(f"proteus:tier:{hash_key('other-key')}") == "standard"
     assert raw.get("proteus:tier:shadow:budget:2026-01-01") == "0.15"
+
+
+def test_a_slow_answer_for_a_key_with_no_last_known_tier_is_waited_for(redis_server):
+    """A reply later than ``timeout_ms`` (a busy event loop, a Redis stall) is not an outage: a key
+    seen for the first time (every key, after a restart) waits up to ``unknown_key_timeout_ms``
+    rather than take the default tier, and its timeout opens no circuit for other such keys; a key
+    with a last known tier gets it at ``timeout_ms``."""
+    import redis
+
+    store = TierStore(RedisSettings(url=redis_server.url, cache_ttl_s=0, timeout_ms=50, retry_after_s=60))
+    for key, tier in (("sk-known", "economy"), ("sk-new", "premium"), ("sk-new-2", "premium")):
+        store.set(hash_key(key), tier)
+    pauser = redis.Redis.from_url(redis_server.url)
+
+    async def lookups():
+        known = await store.alookup(hash_key("sk-known"))  # remembered from here on
+        pauser.client_pause(300)  # every client's next command waits 300 ms in Redis
+        stale = await store.alookup(hash_key("sk-known"))
+        started = time.monotonic()
+        new = await store.alookup(hash_key("sk-new"))
+        waited = time.monotonic() - started
+        return known, stale, new, waited, await store.alookup(hash_key("sk-new-2"))
+
+    known, stale, new, waited, second = asyncio.run(lookups())
+    assert (known.tier, known.stale) == ("economy", False)
+    assert (stale.tier, stale.stale) == ("economy", True)  # served at timeout_ms from its last answer
+    assert (new.tier, new.stale) == ("premium", False) and waited > 0.05
+    assert (second.tier, second.stale) == ("premium", False)  # the known key's short timeout opened no circuit for it
+    silent_budget = TierStore(RedisSettings(url=redis_server.url, timeout_ms=50, unknown_key_timeout_ms=100, retry_after_s=60))
+    silent_budget.set(hash_key("sk-late"), "premium")
+
+    async def too_late():
+        assert await silent_budget.aget(hash_key("sk-warm")) is None  # the loop's connection is open
+        pauser.client_pause(400)
+        with pytest.raises(TierStoreError, match="did not answer within 100"):
+            await silent_budget.alookup(hash_key("sk-late"))
+        with pytest.raises(TierStoreError, match="failed recently"):  # past its own budget: an outage
+            await silent_budget.alookup(hash_key("sk-other"))
+
+    asyncio.run(too_late())
+    pauser.client_unpause()
+    pauser.close()
