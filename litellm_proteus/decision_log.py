@@ -823,6 +823,8 @@ def redis_client(settings: RedisSettings, timeout_s: float | None = None, client
 def log_files(directory: str | Path) -> list[Path]:
     """The log's files in time order (their names start with the UTC time they were opened)."""
     directory = Path(directory)
+    if directory.is_file():
+        raise OSError(f"{directory} is a file; pass the decision log directory that holds it ({directory.parent})")
     if not directory.is_dir():
         raise OSError(f"decision log directory {directory} does not exist")
     return sorted(directory.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"), key=_file_order)

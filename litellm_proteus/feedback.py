@@ -351,8 +351,8 @@ def refuse_unanswered(call_id: str, decision: dict[str, Any], outcome: dict[str,
         return
     raise FeedbackError(
         f"call_id {call_id!r} was not answered by the deployment PROTEUS picked ({chosen_deployment_id(decision)}: "
-        f"{outcome.get('error') or 'its attempt failed'}); the answer, if any, came from a fallback group, so a score "
-        "for it is not taken",
+        f"{outcome.get('error') or 'its attempt failed'}); what the client got, if anything, is no whole answer of "
+        "that pick (a fallback group's answer, or the part of a stream sent before it broke), so a score for it is not taken",
         409,
         "call_id",
     )
@@ -459,8 +459,9 @@ def send_feedback(
 
     Returns the proxy's JSON answer (``url``), the decision record (``log_dir``) or, in the proxy
     process, the decision's index entry (``decision_log.index_entry``); raises FeedbackError."""
-    if url is not None:
-        return _post_feedback(url, {"call_id": call_id, "score": score, "source": source}, api_key, timeout_s)
+    if url is not None:  # checked here too: JSON cannot carry NaN or infinities to the proxy's check
+        body = {"call_id": parse_call_id(call_id), "score": parse_score(score), "source": parse_source(source)}
+        return _post_feedback(url, body, api_key, timeout_s)
     if log_dir is not None:
         return append_to_log_dir(log_dir, call_id, score, source)
     from .router_strategy.patch import active_strategy

@@ -35,7 +35,9 @@ KEY_HASH_FIELDS = ("user_api_key_hash", "user_api_key")
 
 
 class TauError(ValueError):
-    """A tau that is not a number in (0, 1]."""
+    """A tau that is not a number in (0, 1]; ``field``: the metadata field that sent it, when known."""
+
+    field: str | None = None
 
 
 class RequestShapeError(ValueError):
@@ -142,8 +144,9 @@ def failed_deployment_ids(*metadatas: Mapping[str, Any] | None) -> list[str]:
 
 def check_shape(messages: Any = None, input: Any = None, empty_messages: bool = True) -> None:
     """``messages`` is a list (or absent), ``input`` a string or a list (or absent).  ``empty_messages``
-    False: a client's body with ``messages: []`` is refused too (nothing to route on, and providers
-    refuse it); the router itself may be handed an empty list by LiteLLM's other endpoints."""
+    False (a client's body): ``messages: []`` is refused too (nothing to route on, and providers
+    refuse it), and so is a message that is not an object (LiteLLM answers it with a 400 only after
+    its retries); the router itself may be handed an empty list by LiteLLM's other endpoints."""
     if messages is not None and not isinstance(messages, (list, tuple)):
         raise RequestShapeError(
             "messages", f"messages must be a JSON array of messages, e.g. [{{\"role\": \"user\", \"content\": \"hi\"}}]; got {short_repr(messages)}"
@@ -153,8 +156,35 @@ def check_shape(messages: Any = None, input: Any = None, empty_messages: bool = 
             "messages", "messages must be a non-empty JSON array of messages, e.g. [{\"role\": \"user\", \"content\": \"hi\"}]; "
             "got an empty array"
         )
+    if messages is not None and not empty_messages:
+        for i, message in enumerate(messages):
+            if not isinstance(message, Mapping):
+                raise RequestShapeError(
+                    "messages", f"messages[{i}] must be a JSON object with a role and content, e.g. "
+                    f"{{\"role\": \"user\", \"content\": \"hi\"}}; got {short_repr(message)}"
+                )
     if input is not None and not isinstance(input, (str, list, tuple)):
         raise RequestShapeError("input", f"input must be a string or a JSON array; got {short_repr(input)}")
+
+
+PROMPT_FORMS = ("a string, an array of strings, an array of token ids or an array of arrays of token ids, "
+                "e.g. \"Say hi\" or [\"Say hi\"]")
+
+
+def check_prompt(prompt: Any) -> None:
+    """A ``/v1/completions`` ``prompt`` in one of OpenAI's forms (LiteLLM answers any other with a 500
+    after its retries)."""
+    def token(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, (list, tuple)) and prompt and (
+        all(isinstance(p, str) for p in prompt) or all(token(p) for p in prompt)
+        or all(isinstance(p, (list, tuple)) and p and all(token(t) for t in p) for p in prompt)
+    ):
+        return
+    raise RequestShapeError("prompt", f"prompt must be {PROMPT_FORMS}; got {short_repr(prompt)}")
 
 
 @dataclass(frozen=True)
@@ -173,7 +203,11 @@ def read_tau(request_kwargs: Mapping[str, Any]) -> tuple[float | None, str | Non
     for field in METADATA_KEYS:
         metadata = request_kwargs.get(field)
         if isinstance(metadata, Mapping) and metadata.get("tau") is not None:
-            return parse_tau(metadata["tau"]), field
+            try:
+                return parse_tau(metadata["tau"]), field
+            except TauError as exc:
+                exc.field = field
+                raise
     for field in METADATA_KEYS:  # a misspelt key would route at the default tier without a word
         metadata = request_kwargs.get(field)
         near = [k for k in metadata if isinstance(k, str) and k != "tau" and k.strip().lower() == "tau"] \

@@ -1,12 +1,14 @@
 """``proteus compliance --log DIR``: is each tier's accuracy floor kept on live traffic?
 
-Per tier of the decision log (``litellm_proteus/decision_log.py``): requests (calls), failed (calls
+Per compliance state of the decision log (``litellm_proteus/decision_log.py``; the decisions'
+``state_key``, as the controller and its gauges keep them: ``tier:<name>@<tau>`` for a tier's own τ,
+``tau:<bucket>`` for requests that sent theirs, so one row holds one τ): requests (calls), failed (calls
 whose last PROTEUS pick did not answer: a fallback group did, or nothing), predicted accuracy (mean
 calibrated p of the chosen deployments), realised accuracy over the labelled requests (mean
 feedback score; ``LoggedDecision.label``: a score for a call whose pick failed, answered by a
 fallback group, is not the pick's and is left out) with a 95 % Wilson interval, cost per 1K
-requests (``request_cost``) and the controller's δ over time (mean per quarter of the tier's
-requests).  The figure (``--png``) plots, per tier, τ (the decision's ``tau``),
+requests (``request_cost``) and the controller's δ over time (mean per quarter of the state's
+requests).  The figure (``--png``) plots, per state, τ (the decision's ``tau``),
 the predicted and the realised accuracy over trailing windows of ``--window`` requests.
 
 Per deployment PROTEUS picked: picks (every attempt, a retried call's failed ones included), failed
@@ -41,7 +43,8 @@ def wilson_interval(successes: float, n: int) -> tuple[float, float]:
 
 
 @dataclass
-class TierCompliance:
+class StateCompliance:
+    state_key: str
     tier: str
     requests: int
     failed: int  # calls whose last PROTEUS pick did not answer
@@ -51,7 +54,7 @@ class TierCompliance:
     realised_accuracy: float | None
     realised_ci95: tuple[float, float] | None
     cost_per_1k_usd: float
-    delta_over_time: list[float]  # mean delta per quarter of the tier's requests, in time order
+    delta_over_time: list[float]  # mean delta per quarter of the state's requests, in time order
 
 
 def failed(row: LoggedDecision) -> bool:
@@ -79,12 +82,13 @@ def target_tau(row: LoggedDecision) -> float:
     return float(decision["tau_effective"]) - float(decision.get("delta") or 0.0)
 
 
-def tier_compliance(tier: str, rows: list[LoggedDecision]) -> TierCompliance:
+def state_compliance(state_key: str, rows: list[LoggedDecision]) -> StateCompliance:
     scores = [row.label for row in rows if row.label is not None]
     n = len(rows)
     segments = [rows[i * n // DELTA_SEGMENTS : (i + 1) * n // DELTA_SEGMENTS] for i in range(DELTA_SEGMENTS)]
-    return TierCompliance(
-        tier=tier,
+    return StateCompliance(
+        state_key=state_key,
+        tier=str(rows[-1].decision["tier"]),
         requests=n,
         failed=sum(failed(r) for r in rows),
         tau=sum(target_tau(r) for r in rows) / n,
@@ -149,15 +153,20 @@ def deployment_feedback(rows: list[LoggedDecision], picks: list[LoggedDecision])
     return sorted(report, key=lambda d: (-d.picks, d.deployment_id))
 
 
-def by_tier(rows: list[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
-    tiers: dict[str, list[LoggedDecision]] = {}
+def state_of(row: LoggedDecision) -> str:
+    """The decision's compliance state (records written without one: its tier's)."""
+    return str(row.decision.get("state_key") or f"tier:{row.decision['tier']}")
+
+
+def by_state(rows: list[LoggedDecision]) -> dict[str, list[LoggedDecision]]:
+    states: dict[str, list[LoggedDecision]] = {}
     for row in rows:
-        tiers.setdefault(str(row.decision["tier"]), []).append(row)
-    return dict(sorted(tiers.items()))
+        states.setdefault(state_of(row), []).append(row)
+    return dict(sorted(states.items()))
 
 
-def format_report(report: list[TierCompliance]) -> str:
-    lines = [f"{'tier':<12} {'requests':>8} {'failed':>6} {'tau':>6} {'predicted':>9} {'labels':>6} {'realised [95% CI]':>24} {'cost/1K $':>10}  delta over time"]
+def format_report(report: list[StateCompliance]) -> str:
+    lines = [f"{'state':<24} {'requests':>8} {'failed':>6} {'tau':>6} {'predicted':>9} {'labels':>6} {'realised [95% CI]':>24} {'cost/1K $':>10}  delta over time"]
     for t in report:
         realised = (
             f"{t.realised_accuracy:.3f} [{t.realised_ci95[0]:.3f}, {t.realised_ci95[1]:.3f}]"
@@ -166,7 +175,7 @@ def format_report(report: list[TierCompliance]) -> str:
         )
         deltas = " ".join(f"{d:+.3f}" for d in t.delta_over_time)
         lines.append(
-            f"{t.tier:<12} {t.requests:>8} {t.failed:>6} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
+            f"{t.state_key:<24} {t.requests:>8} {t.failed:>6} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
             f"{t.cost_per_1k_usd:>10.4f}  {deltas}"
         )
     return "\n".join(lines)
@@ -195,19 +204,19 @@ def trailing_mean(values: list[float | None], window: int) -> list[float]:
     return out
 
 
-def plot(tiers: dict[str, list[LoggedDecision]], window: int, path: Path) -> Path:
+def plot(states: dict[str, list[LoggedDecision]], window: int, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(tiers), 1, figsize=(9, 3 * len(tiers)), squeeze=False)
-    for ax, (tier, rows) in zip(axes[:, 0], tiers.items()):
+    fig, axes = plt.subplots(len(states), 1, figsize=(9, 3 * len(states)), squeeze=False)
+    for ax, (state_key, rows) in zip(axes[:, 0], states.items()):
         x = range(1, len(rows) + 1)
         ax.plot(x, [target_tau(r) for r in rows], label="τ", color="black", linestyle="--")
         ax.plot(x, trailing_mean([chosen_p(r.decision) for r in rows], window), label="predicted")
         ax.plot(x, trailing_mean([r.label for r in rows], window), label="realised (labels)")
-        ax.set_title(f"tier {tier}")
+        ax.set_title(state_key)
         ax.set_xlabel("request (time order)")
         ax.set_ylabel(f"accuracy, trailing {window}")
         ax.legend(loc="lower left")
@@ -231,15 +240,15 @@ def run(args: argparse.Namespace) -> int:
     rows = join_log(args.log)
     if not rows:
         raise ValueError(f"{args.log}: no decision records (is it a decision_log.dir?)")
-    tiers = by_tier(rows)
-    report = [tier_compliance(tier, tier_rows) for tier, tier_rows in tiers.items()]
+    states = by_state(rows)
+    report = [state_compliance(state_key, state_rows) for state_key, state_rows in states.items()]
     deployments = deployment_feedback(rows, join_log(args.log, every_pick=True))
     print(format_report(report))
     print()
     print(format_deployments(deployments))
-    print(f"figure: {plot(tiers, args.window, Path(args.png))}")
+    print(f"figure: {plot(states, args.window, Path(args.png))}")
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"tiers": [asdict(t) for t in report], "deployments": [asdict(d) for d in deployments]}, indent=2
+            {"states": [asdict(t) for t in report], "deployments": [asdict(d) for d in deployments]}, indent=2
         ))
     return 0

@@ -6,7 +6,8 @@ it:
 
 - rejects a bad ``tau`` (not a number, NaN, <= 0 or > 1) with HTTP 400 naming ``tau`` and the
   accepted range (and a ``metadata`` that is not an object, naming ``metadata``; ``messages`` that
-  is not an array or an ``input`` that is neither a string nor an array, naming that field),
+  is not an array, an ``input`` that is neither a string nor an array, or a ``/v1/completions``
+  ``prompt`` in none of OpenAI's forms, naming that field),
   before any routing work (``async_pre_call_hook``), for every request PROTEUS may route: its
   group's, or a fallback's;
 - drops the metadata fields the plugin itself sets (``PLUGIN_METADATA_KEYS``: ``proteus``, where only
@@ -34,7 +35,7 @@ from typing import Any
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.proxy._types import ProxyException
 
-from ..request import METADATA_KEYS, RequestShapeError, TauError, check_shape, request_tau, short_repr
+from ..request import METADATA_KEYS, RequestShapeError, TauError, check_prompt, check_shape, request_tau, short_repr
 from ..observability import DecisionRecord
 from ..shadow import SHADOW_METADATA_KEY
 from .feedback_route import register_feedback_route
@@ -60,6 +61,10 @@ PLUGIN_METADATA_KEYS = (DECISION_METADATA_KEY, SHADOW_METADATA_KEY)
 # Written by LiteLLM's router during retries (``Router.log_retry``); a client that sends them could
 # shrink PROTEUS's candidate set to the deployments it wants.
 RETRY_BREADCRUMBS = ("previous_models", "request_retry_count")
+
+
+# ``/v1/completions`` (LiteLLM's route type): its ``prompt`` is checked like ``messages``.
+COMPLETION_CALL_TYPES = ("atext_completion", "text_completion")
 
 
 def bad_request(message: str, param: str) -> ProxyException:
@@ -94,9 +99,11 @@ class ProteusHook(CustomLogger):
         try:
             request_tau(*(data.get(k) for k in METADATA_KEYS))
         except TauError as exc:
-            raise bad_request(f"invalid metadata.tau: {exc}", "tau") from exc
+            raise bad_request(f"invalid {exc.field or 'metadata'}.tau: {exc}", "tau") from exc
         try:
             check_shape(data.get("messages"), data.get("input"), empty_messages=False)
+            if call_type in COMPLETION_CALL_TYPES:
+                check_prompt(data.get("prompt"))
         except RequestShapeError as exc:
             raise bad_request(str(exc), exc.field) from exc
         return data

@@ -254,3 +254,13 @@ def test_an_http_200_answer_that_is_not_a_json_object_is_an_error(html_ok_server
     with pytest.raises(FeedbackError) as info:
         send_feedback("some-call", 1.0, url=html_ok_server, timeout_s=5.0)
     assert info.value.status == 502 and "not a JSON object" in str(info.value)
+
+
+@pytest.mark.parametrize("score", [float("nan"), float("inf"), -0.5, 2])
+def test_a_score_json_cannot_carry_or_outside_the_range_is_refused_before_it_is_sent(score, capsys, not_found_server):
+    """The proxy would check it, but NaN and infinities are not JSON: the sender names ``score`` itself."""
+    with pytest.raises(FeedbackError) as info:
+        send_feedback("some-call", score, url=not_found_server)
+    assert (info.value.status, info.value.param) == (400, "score") and "score must be a number in [0, 1]" in str(info.value)
+    assert proteus_cli(["feedback", "some-call", str(score), "--url", not_found_server, "--api-key", "sk-x"]) == 2
+    assert "score must be a number in [0, 1]" in capsys.readouterr().err

@@ -44,9 +44,9 @@ def test_the_report_per_tier_with_the_figure_and_json(tmp_path, capsys):
     argv = ["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "c.png"), "--json", str(tmp_path / "c.json"), "--window", "2"]
     assert proteus_cli(argv) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split()[:4] == ["tier", "requests", "failed", "tau"]
+    assert out.splitlines()[0].split()[:4] == ["state", "requests", "failed", "tau"]
     written = json.loads((tmp_path / "c.json").read_text())
-    report = {t["tier"]: t for t in written["tiers"]}
+    report = {t["tier"]: t for t in written["states"]}
     premium, economy = report["premium"], report["economy"]
     assert premium["requests"] == 4 and premium["tau"] == pytest.approx(0.85)
     assert premium["predicted_accuracy"] == pytest.approx(0.9 - 0.03) and economy["predicted_accuracy"] == pytest.approx(0.7)
@@ -84,7 +84,7 @@ def test_a_score_for_a_call_whose_pick_failed_is_no_label_of_the_pick(tmp_path, 
     argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
     assert proteus_cli(argv) == 0
     written = json.loads((tmp_path / "c.json").read_text())
-    [premium], [strong] = written["tiers"], written["deployments"]
+    [premium], [strong] = written["states"], written["deployments"]
     assert (premium["requests"], premium["labels"], premium["realised_accuracy"]) == (2, 1, 1.0)
     assert (strong["labels"], strong["residual"]) == (1, pytest.approx(0.1))
 
@@ -108,7 +108,7 @@ def test_every_attempt_of_a_retried_call_counts_for_its_deployment_and_a_failed_
     argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
     assert proteus_cli(argv) == 0
     written = json.loads((tmp_path / "c.json").read_text())
-    [premium] = written["tiers"]
+    [premium] = written["states"]
     assert (premium["requests"], premium["failed"]) == (3, 1)
     assert premium["cost_per_1k_usd"] == pytest.approx(1000 * (0.0025 + 0.0 + 0.031) / 3)  # not c1's estimate 0.002
     deployments = {d["deployment_id"]: (d["picks"], d["failed"]) for d in written["deployments"]}
@@ -121,6 +121,10 @@ def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):
     assert "no decision records" in capsys.readouterr().err
     assert proteus_cli(["compliance", "--log", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    write_log(tmp_path / "log")
+    [file] = (tmp_path / "log").glob("decisions-*.jsonl")
+    assert proteus_cli(["compliance", "--log", str(file)]) == 2
+    assert f"is a file; pass the decision log directory that holds it ({tmp_path / 'log'})" in capsys.readouterr().err
 
 
 def test_shadow_rows_and_judge_feedback_beside_the_decisions(tmp_path, capsys):
@@ -134,5 +138,25 @@ def test_shadow_rows_and_judge_feedback_beside_the_decisions(tmp_path, capsys):
         json.dumps(feedback_record("c6", 1.0, "judge", ts=300.0)) + "\n")
     assert proteus_cli(["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"),
                         "--png", str(tmp_path / "c.png")]) == 0
-    report = {t["tier"]: t for t in json.loads((tmp_path / "c.json").read_text())["tiers"]}
+    report = {t["tier"]: t for t in json.loads((tmp_path / "c.json").read_text())["states"]}
     assert report["premium"]["requests"] == 4 and report["premium"]["labels"] == 4  # the judge's label counts, the shadow row is not a request
+
+
+def test_requests_that_sent_their_own_tau_are_a_row_of_their_own_beside_their_tier(tmp_path):
+    """Three requests of a standard key (tier tau 0.82) and three that asked for 0.1 (served in the
+    state of the clamped tau): two rows, each with one tau, as the controller keeps them."""
+    writer = DecisionLogWriter(DecisionLogSettings(dir=str(tmp_path / "log")))
+    for i in range(6):
+        own = i % 2 == 1
+        writer.submit(decision_record(
+            call_id=f"c{i}", key_hash=None, tier="standard", tau_source="request" if own else "redis",
+            state_key="tau:0.7825" if own else "tier:standard@0.82", tau=0.1 if own else 0.82,
+            tau_requested=0.1 if own else None, tau_effective=0.7821 if own else 0.82, delta=0.0, mu=0.5,
+            model_group="g", candidates=[LoggedCandidate("b", 0, "strong", 0.01, 0.9)], chosen=0, propensity=1.0,
+            prompt=f"q{i}", artifact="", log_prompt=False, ts=100.0 + i))
+    assert writer.flush()
+    writer.close()
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
+    assert proteus_cli(argv) == 0
+    states = {t["state_key"]: (t["tier"], t["requests"], t["tau"]) for t in json.loads((tmp_path / "c.json").read_text())["states"]}
+    assert states == {"tier:standard@0.82": ("standard", 3, pytest.approx(0.82)), "tau:0.7825": ("standard", 3, pytest.approx(0.1))}

@@ -219,6 +219,12 @@ def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
     shadow = [t for t in tables if is_shadow(t.frame)]
     records = [t for t in tables if not is_shadow(t.frame)]
     parts = ([bandit_log(records)] if records else []) + ([shadow_log(shadow)] if shadow else [])
+    if not any(np.isfinite(part.scores).any() for part in parts):
+        raise ValueError(
+            f"decision log ({', '.join(str(t.path) for t in tables[:3])}): none of its "
+            f"{len(parts[0]) if records else 0} decisions has a "
+            "feedback label and no shadow row has a score: training from traffic needs outcomes. Send feedback "
+            "(POST /proteus/feedback, proteus feedback, proteus judge) or turn on shadow evaluation, then train again")
     if len(parts) == 1:
         return parts[0]
     models = list(dict.fromkeys(m for part in parts for m in part.models))

@@ -244,7 +244,7 @@ def test_malformed_feedback_bodies_are_400s_that_say_what_is_wrong(logged_proxy)
 def test_the_compliance_report_reads_the_proxys_log(logged_proxy, tmp_path, capsys):
     assert proteus_cli(["compliance", "--log", str(log_dir(logged_proxy)), "--png", str(tmp_path / "c.png")]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^premium\s+\d+", out, re.M) and re.search(r"^economy\s+\d+", out, re.M)
+    assert re.search(r"^tier:premium@\S+\s+\d+", out, re.M) and re.search(r"^tier:economy@\S+\s+\d+", out, re.M)
     assert (tmp_path / "c.png").stat().st_size > 0
 
 

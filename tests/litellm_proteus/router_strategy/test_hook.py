@@ -41,6 +41,13 @@ def test_bad_tau_is_http_400_naming_tau(tau):
     assert info.value.param == "tau" and "(0, 1]" in info.value.message
 
 
+@pytest.mark.parametrize("field", ["metadata", "litellm_metadata"])
+def test_a_bad_tau_error_names_the_field_that_sent_it(field):
+    with pytest.raises(ProxyException) as info:
+        pre_call({"model": "proteus-auto", field: {"tau": "abc"}})
+    assert info.value.message.startswith(f"invalid {field}.tau: ")
+
+
 def test_aliases_are_managed_and_other_groups_are_left_alone():
     with pytest.raises(ProxyException):
         pre_call({"model": "auto", "litellm_metadata": {"tau": "x"}})
@@ -59,18 +66,35 @@ def test_metadata_that_is_not_an_object_is_http_400_naming_it(metadata):
 @pytest.mark.parametrize(
     "body, field",
     [({"messages": 5}, "messages"), ({"messages": "hi"}, "messages"), ({"messages": {"role": "user"}}, "messages"),
+     ({"messages": [1, 2]}, "messages"), ({"messages": ["hi"]}, "messages"),
      ({"input": 5}, "input"), ({"input": {"text": "hi"}}, "input")],
 )
 def test_messages_or_input_of_the_wrong_shape_is_http_400_naming_it(body, field):
     with pytest.raises(ProxyException) as info:
         pre_call({"model": "proteus-auto", **body})
     assert (info.value.code, info.value.param, info.value.type) == ("400", field, "invalid_request_error")
-    assert info.value.message.startswith(f"{field} must be")
+    assert info.value.message.startswith(f"{field} must be") or info.value.message.startswith(f"{field}[0] must be")
     deep: list = ["x"]
     for _ in range(900):
         deep = [deep]
     data = {"model": "proteus-auto", "messages": [{"role": "user", "content": deep}], "input": "ok"}
     assert pre_call(data) is data  # deep, but the right shape: routed on its text
+
+
+@pytest.mark.parametrize("prompt", [5, {"a": 1}, None, [], [1, "a"], [True], [[]], [[1, "x"]], 1.5])
+def test_a_completions_prompt_in_none_of_openais_forms_is_http_400_naming_it(prompt):
+    """LiteLLM answers these with a 500 (``Unmapped prompt format``) after its retries."""
+    data = {"model": "proteus-auto", "prompt": prompt}
+    with pytest.raises(ProxyException) as info:
+        asyncio.run(proteus_hook.async_pre_call_hook(user_api_key_dict=None, cache=None, data=data, call_type="atext_completion"))
+    assert (info.value.code, info.value.param) == ("400", "prompt") and "prompt must be a string" in info.value.message
+
+
+@pytest.mark.parametrize("prompt", ["Say hi", ["Say hi", "Say bye"], [1, 2, 3], [[1, 2], [3]]])
+def test_a_completions_prompt_in_each_of_openais_forms_is_routed(prompt):
+    data = {"model": "proteus-auto", "prompt": prompt}
+    assert asyncio.run(proteus_hook.async_pre_call_hook(user_api_key_dict=None, cache=None, data=data,
+                                                        call_type="atext_completion")) is data
 
 
 def test_client_sent_retry_breadcrumbs_are_dropped():

@@ -231,3 +231,18 @@ def test_decisions_with_a_cut_prompt_are_dropped_with_a_warning_that_counts_them
     every = [{**r, "prompt_truncated": True} if r["type"] == "decision" else r for r in records]
     with pytest.raises(ValueError, match="every decision is marked prompt_truncated"), pytest.warns(RoutingLogWarning):
         load_logs(write(tmp_path / "decisions-x.jsonl", every))
+
+
+def test_a_log_without_any_label_says_so_and_proteus_train_ends_with_exit_2(tmp_path, capsys):
+    """Decisions and outcomes but no feedback: the error names what is missing (not a model's cost)."""
+    from litellm_proteus.cli import main
+
+    records = [decision(f"c{i}", 100.0 + i, i % 3, prompt=f"prompt {i}") for i in range(6)]
+    records += [{"schema": 1, "type": "outcome", "call_id": f"c{i}", "ts": 100.5 + i, "success": True,
+                 "response_cost": 0.01, "latency_ms": 5.0, "error": None} for i in range(6)]
+    path = write(tmp_path / "decisions-x.jsonl", records)
+    with pytest.raises(ValueError, match="none of its 6 decisions has a feedback label and no shadow row has a score"):
+        load_logs(path)
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Send feedback" in err and "has no cost" not in err and not (tmp_path / "art").exists()
