@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -879,10 +879,14 @@ class LoggedDecision:
         return self.decision["call_id"]
 
     @property
+    def failed(self) -> bool:
+        """The pick did not answer (a fallback group did, or nothing did)."""
+        return self.outcome is not None and self.outcome.get("success") is False
+
+    @property
     def label(self) -> float | None:
-        """The feedback score as a label of the pick: None when the pick's outcome is a failure (the
-        answer came from a fallback group, or nothing answered: the score is not the pick's)."""
-        return None if self.outcome is not None and self.outcome.get("success") is False else self.feedback
+        """The feedback score as a label of the pick: None when the pick failed (the score is not the pick's)."""
+        return None if self.failed else self.feedback
 
 
 def latest_outcome(decision: Mapping[str, Any], outcomes: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -915,6 +919,11 @@ def pick_outcomes(picks: Sequence[Mapping[str, Any]], outcomes: Mapping[str, Seq
 
 
 def join_log(directory: str | Path, every_pick: bool = False) -> list[LoggedDecision]:
+    """``join_records`` of the log's files."""
+    return join_records(iter_records(directory), every_pick)
+
+
+def join_records(records: Iterable[Mapping[str, Any]], every_pick: bool = False) -> list[LoggedDecision]:
     """Each call's latest decision (a retry decides again) with the latest outcome of its pick
     (``latest_outcome``: a pick that failed keeps its failure when a fallback group answered after
     it) and the latest feedback, in decision time order.  Outcomes and feedback without a decision
@@ -924,7 +933,7 @@ def join_log(directory: str | Path, every_pick: bool = False) -> list[LoggedDeci
     picks: list[dict[str, Any]] = []
     outcomes: dict[str, list[dict[str, Any]]] = {}
     feedback: dict[str, dict[str, Any]] = {}
-    for record in iter_records(directory):
+    for record in records:
         call_id = record["call_id"]
         if record["type"] == "outcome":
             outcomes.setdefault(call_id, []).append(record)

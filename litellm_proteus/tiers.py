@@ -248,11 +248,12 @@ class TierStore:
         """``aget``, but while Redis cannot answer a key with a last known tier (read from Redis at
         most ``stale_ttl_s`` ago) gets that tier, marked stale; TierStoreError only for other keys."""
         known = self._last_known.get(key_hash)
+        if known is not None and known[1] <= time.monotonic():
+            known = None
         try:
-            return TierLookup(await self.aget(key_hash, patient=known is None or known[1] <= time.monotonic()))
+            return TierLookup(await self.aget(key_hash, patient=known is None))
         except TierStoreError as exc:
-            known = self._last_known.get(key_hash)
-            if known is None or known[1] <= time.monotonic():
+            if known is None:
                 raise
             return TierLookup(known[0], stale=True, error=str(exc))
 

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from litellm_proteus.compliance import realised_bounds
-from litellm_proteus.decision_log import LoggedDecision, chosen_p, join_log, uncorrected_p
+from litellm_proteus.decision_log import LoggedDecision, chosen_deployment_id, chosen_p, iter_records, join_records, uncorrected_p
 
 DELTA_SEGMENTS = 4
 
@@ -57,10 +57,6 @@ class StateCompliance:
     delta_over_time: list[float]  # mean delta per quarter of the state's requests, in time order
 
 
-def failed(row: LoggedDecision) -> bool:
-    return row.outcome is not None and row.outcome.get("success") is False
-
-
 def request_cost(row: LoggedDecision) -> float:
     """What the call's PROTEUS pick was billed: LiteLLM's ``response_cost`` where its outcome has one;
     else 0 for a failed pick (an error answer is not billed) and the routing estimate for the rest.
@@ -68,7 +64,7 @@ def request_cost(row: LoggedDecision) -> float:
     cost = (row.outcome or {}).get("response_cost")
     if isinstance(cost, (int, float)):
         return float(cost)
-    if failed(row):
+    if row.failed:
         return 0.0
     decision = row.decision
     return float(decision["candidates"][decision["chosen"]]["cost_usd"])
@@ -90,7 +86,7 @@ def state_compliance(state_key: str, rows: list[LoggedDecision]) -> StateComplia
         state_key=state_key,
         tier=str(rows[-1].decision["tier"]),
         requests=n,
-        failed=sum(failed(r) for r in rows),
+        failed=sum(r.failed for r in rows),
         tau=sum(target_tau(r) for r in rows) / n,
         predicted_accuracy=sum(chosen_p(r.decision) for r in rows) / n,
         labels=len(scores),
@@ -115,19 +111,15 @@ class DeploymentFeedback:
     p_correction: float  # the correction its latest decision carried
 
 
-def chosen_deployment(row: LoggedDecision) -> str:
-    return str(row.decision["candidates"][row.decision["chosen"]]["deployment_id"])
-
-
 def deployment_feedback(rows: list[LoggedDecision], picks: list[LoggedDecision]) -> list[DeploymentFeedback]:
-    """Per chosen deployment, most picks first: ``picks`` (``join_log(every_pick=True)``) count
+    """Per chosen deployment, most picks first: ``picks`` (``join_records(..., every_pick=True)``) count
     attempts and failures, the calls' ``rows`` the labels (a label scores a call's answer)."""
     attempts: dict[str, list[LoggedDecision]] = {}
     for pick in picks:
-        attempts.setdefault(chosen_deployment(pick), []).append(pick)
+        attempts.setdefault(str(chosen_deployment_id(pick.decision)), []).append(pick)
     answered: dict[str, list[LoggedDecision]] = {}
     for row in rows:
-        answered.setdefault(chosen_deployment(row), []).append(row)
+        answered.setdefault(str(chosen_deployment_id(row.decision)), []).append(row)
     report = []
     for deployment, tried in attempts.items():
         calls = answered.get(deployment, [])
@@ -142,7 +134,7 @@ def deployment_feedback(rows: list[LoggedDecision], picks: list[LoggedDecision])
             deployment_id=deployment,
             model=str(latest["model"]),
             picks=len(tried),
-            failed=sum(failed(p) for p in tried),
+            failed=sum(p.failed for p in tried),
             labels=len(labelled),
             predicted_accuracy=predicted,
             realised_accuracy=realised,
@@ -237,12 +229,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.window < 1:
         raise ValueError(f"--window must be >= 1; got {args.window}")
-    rows = join_log(args.log)
+    records = list(iter_records(args.log))
+    rows = join_records(records)
     if not rows:
         raise ValueError(f"{args.log}: no decision records (is it a decision_log.dir?)")
     states = by_state(rows)
     report = [state_compliance(state_key, state_rows) for state_key, state_rows in states.items()]
-    deployments = deployment_feedback(rows, join_log(args.log, every_pick=True))
+    deployments = deployment_feedback(rows, join_records(records, every_pick=True))
     print(format_report(report))
     print()
     print(format_deployments(deployments))
