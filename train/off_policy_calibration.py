@@ -100,9 +100,7 @@ def off_policy_calibration(
     ok = np.array([supported(e) for e in estimates])
     # an operating point the log cannot vouch for never meets a tau (-inf: the table skips it)
     lower_arr, cost_arr = np.where(ok, np.asarray(lower), -np.inf), np.asarray(costs)
-    unlabelled = [m for m, labelled in zip(models, rows.labelled_slots) if not labelled]
-    bandit = rows.logged_choice >= 0
-    explored_share = float(np.mean(rows.propensity[bandit] < 1)) if bandit.any() else 0.0
+    unlabelled, explored_share = log_support(rows, models)
     refuse_unless_supported(np.asarray(lower), ok, estimates, policy_taus, config.calibration_margin, rows, unlabelled,
                             explored_share)
     frontier_costs = cost_arr if config.mix_operating_points else None
@@ -115,6 +113,36 @@ def off_policy_calibration(
     curve = OperatingCurve(np.asarray(points), mus, cost_arr)
     points_out = [{**e.to_dict(), **check} for e, check in zip(estimates, checks)]
     return OffPolicyCalibration(calibration, declared, curve, lower_arr, points_out, support)
+
+
+def log_support(rows: BanditRows, models: list[str]) -> tuple[list[str], float]:
+    """(the models no bandit row labels, the share of bandit rows exploration could have moved)."""
+    unlabelled = [m for m, labelled in zip(models, rows.labelled_slots) if not labelled]
+    bandit = rows.logged_choice >= 0
+    return unlabelled, float(np.mean(rows.propensity[bandit] < 1)) if bandit.any() else 0.0
+
+
+def require_validation_rows(rows: BanditRows, n_val: int, models: list[str]) -> None:
+    """Before the policy is trained: with fewer than ``MIN_MATCHED`` validation rows no operating
+    point has a bound (``point_bound``), so whatever the policy learns the log vouches for none:
+    raise ``UnsupportedLogError`` (after the support warning) at once."""
+    if n_val >= MIN_MATCHED:
+        return
+    unlabelled, explored_share = log_support(rows, models)
+    Support(unlabelled, [], MIN_MATCHED, MAX_UNSUPPORTED_SHARE, explored_share).warn()
+    raise UnsupportedLogError(
+        f"the decision log vouches for no operating point: its calibration rows hold {n_val} validation rows, fewer "
+        f"than the {MIN_MATCHED} a lower bound on accuracy needs" + refusal_tail(rows, unlabelled, explored_share))
+
+
+def refusal_tail(rows: BanditRows, unlabelled: list[str], explored_share: float) -> str:
+    """What a refusal adds after its reason: the rows it had, the gaps in the log, and what to do."""
+    n_full = int((rows.logged_choice < 0).sum())
+    return (f", from {len(rows.logged_choice) - n_full} labelled decisions and {n_full} shadow rows"
+            + (f"; never labelled: {unlabelled}" if unlabelled else "")
+            + ("; no exploration" if explored_share == 0 else "")
+            + ". No artifact was written: keep serving the current one, and collect more feedback labels, "
+            "enable exploration ({rate: 0.02}) or shadow evaluation (shadow: {rate: 0.1, ...}) before training again")
 
 
 def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_val: int, z: float,
@@ -158,15 +186,11 @@ def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[E
         best = int(np.argmax(envelope))
         reading = envelope[best]
         note = ", and no supported operating point has a bound" if ok.any() else ", and no operating point is supported"
-    point, n_full = estimates[best], int((rows.logged_choice < 0).sum())
+    point = estimates[best]
     bound_text = f"{reading:.4f}" if np.isfinite(reading) else f"undefined, fewer than {MIN_MATCHED} validation rows"
     raise UnsupportedLogError(
         f"the decision log vouches for no operating point: the best lower bound on accuracy is {bound_text} "
         f"(its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows observe its choices){note}"
-        f", under the bottom of the tau range {float(policy_taus[0]):.4f} + margin {margin:.4f}, from "
-        f"{len(rows.logged_choice) - n_full} labelled decisions and {n_full} shadow rows"
-        + (f"; never labelled: {unlabelled}" if unlabelled else "")
-        + ("; no exploration" if explored_share == 0 else "")
-        + ". No artifact was written: keep serving the current one, and collect more feedback labels, "
-        "enable exploration ({rate: 0.02}) or shadow evaluation (shadow: {rate: 0.1, ...}) before training again"
+        f", under the bottom of the tau range {float(policy_taus[0]):.4f} + margin {margin:.4f}"
+        + refusal_tail(rows, unlabelled, explored_share)
     )

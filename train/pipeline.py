@@ -77,7 +77,7 @@ from .heads import (
     out_of_fold_predictions,
 )
 from .off_policy import BanditRows
-from .off_policy_calibration import off_policy_calibration
+from .off_policy_calibration import off_policy_calibration, require_validation_rows
 from .p_calibration import fit_p_calibration
 from .p_reference import with_reference_p
 from .ppo import train_policy
@@ -303,6 +303,13 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         seed=config.seed,
     )
 
+    bandit_rows = None
+    if config.calibrate and data.bandit:  # a log too thin to vouch for any point is refused before PPO
+        calib_idx = np.concatenate([cal_val, cal_train])
+        bandit_rows = BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
+                                 clip=config.propensity_clip)
+        require_validation_rows(bandit_rows, len(cal_val), data.models)
+
     t0 = time.perf_counter()
     normalizer, history, lambdas = train_policy(
         model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng,
@@ -341,12 +348,9 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     off_policy = None
     extra: list[CandidatePoint] = []
     centroids = None
-    if config.calibrate and data.bandit:
-        calib_idx = np.concatenate([cal_val, cal_train])
+    if bandit_rows is not None:
         off_policy = off_policy_calibration(
-            model, emb_t[calib_idx], torch.cat([torch.as_tensor(cal_val_p, device=device), cal_p_oof]),
-            BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
-                       clip=config.propensity_clip),
+            model, emb_t[calib_idx], torch.cat([torch.as_tensor(cal_val_p, device=device), cal_p_oof]), bandit_rows,
             costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config, n_val=len(cal_val),
         )
         calibration, declared = off_policy.calibration, off_policy.declared

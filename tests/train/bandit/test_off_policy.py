@@ -20,6 +20,7 @@ from proteus_train.off_policy_calibration import (
     UnsupportedLogError,
     point_bound,
     refuse_unless_supported,
+    require_validation_rows,
 )
 
 
@@ -170,6 +171,18 @@ def test_a_log_that_reaches_no_tau_is_refused_with_what_it_lacks():
         refuse_unless_supported(np.array([0.95, 0.94, 0.93]), ~every, points, taus, 0.01, rows, [], 0.1)
     with pytest.raises(UnsupportedLogError, match="undefined, fewer than 20 validation rows.*, and no supported operating point has a bound"):
         refuse_unless_supported(np.full(3, -np.inf), every, points, taus, 0.01, rows, [], 0.1)  # too few rows
+
+
+def test_too_few_validation_rows_are_refused_before_the_policy_is_trained():
+    """Below MIN_MATCHED validation rows no point can have a bound (point_bound): nothing to train for."""
+    rows = BanditRows(np.array([[1.0, np.nan], [np.nan, 0.0], [1.0, 1.0]]), np.array([0, 1, -1]), np.array([0.5, 1.0, np.nan]))
+    require_validation_rows(rows, 20, ["a", "b"])
+    with pytest.raises(UnsupportedLogError, match=r"its calibration rows hold 19 validation rows, fewer than the 20 a lower "
+                                                  r"bound on accuracy needs, from 2 labelled decisions and 1 shadow rows\. No artifact"):
+        require_validation_rows(rows, 19, ["a", "b"])
+    greedy = BanditRows(np.array([[1.0, np.nan]]), np.array([0]), np.array([1.0]))
+    with pytest.warns(OffPolicySupportWarning), pytest.raises(UnsupportedLogError, match=r"never labelled: \['b'\]; no exploration"):
+        require_validation_rows(greedy, 0, ["a", "b"])
 
 
 def test_support_warning_names_models_and_tau_ranges():

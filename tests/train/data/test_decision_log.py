@@ -246,3 +246,17 @@ def test_a_log_without_any_label_says_so_and_proteus_train_ends_with_exit_2(tmp_
     assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "Send feedback" in err and "has no cost" not in err and not (tmp_path / "art").exists()
+
+
+def test_a_log_whose_labels_leave_too_few_validation_rows_is_refused_before_ppo(tmp_path, capsys):
+    """100 labelled decisions: the prompt-hash split leaves 16 validation rows, so no operating
+    point could have a bound; training stops before the policy is trained, saying why."""
+    from litellm_proteus.cli import main
+
+    records = [decision(f"c{i}", 100.0 + i, i % 3, propensity=0.9, prompt=f"prompt number {i}") for i in range(100)]
+    records += [feedback(f"c{i}", 200.0 + i, float(i % 2)) for i in range(100)]
+    path = write(tmp_path / "decisions-x.jsonl", records)
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "its calibration rows hold 16 validation rows, fewer than the 20 a lower bound on accuracy needs, from 100 labelled decisions" in err
+    assert not (tmp_path / "art").exists()
