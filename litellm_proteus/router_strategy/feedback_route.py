@@ -18,6 +18,7 @@ shape with the status ``FeedbackError`` carries.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 from typing import Any
@@ -42,13 +43,20 @@ async def require_json_object(request: Request) -> None:
     """Runs before LiteLLM's auth, which fails with a 500 on a body that is not a JSON object."""
     from litellm.proxy._types import ProxyException
 
+    why = ""
     try:
         body = await request.json()
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-        body = None
+    except json.JSONDecodeError as error:
+        body, why = None, f"; it is not JSON ({error.msg} at line {error.lineno} column {error.colno})"
+    except RecursionError:
+        body, why = None, "; it is nested deeper than the JSON parser goes"
+    except ValueError:  # Python's limit on integer digits (sys.get_int_max_str_digits)
+        body, why = None, f"; it holds a number of more than {sys.get_int_max_str_digits()} digits"
+    if body is not None and not isinstance(body, dict):
+        why = f"; got {type(body).__name__}"
     if not isinstance(body, dict):
         raise ProxyException(
-            message='body must be a JSON object {"call_id": ..., "score": 0..1}', type="invalid_request_error",
+            message='body must be a JSON object {"call_id": ..., "score": 0..1}' + why, type="invalid_request_error",
             param=None, code=400,
         )
 

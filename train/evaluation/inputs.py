@@ -117,11 +117,18 @@ def load_split_log(manifest: Manifest, data: list[str] | None, data_format: str 
 
 
 def dataset_name(manifest: Manifest, paths: list[str]) -> str:
-    """The first data path's directory name (or file stem); ``--dataset`` overrides."""
-    for path in paths:
-        p = Path(path)
-        return p.name if p.is_dir() else p.stem
-    return manifest.data.source or "unknown"
+    """What the data is called: a folder's name; files' shared folder (a dataset's split files,
+    ``train.csv val.csv test.csv``), or one file's stem; else the stems joined with ``+``.
+    ``--dataset`` overrides."""
+    if not paths:
+        return manifest.data.source or "unknown"
+    found = [Path(path) for path in paths]
+    if len(found) == 1:
+        return found[0].name if found[0].is_dir() else found[0].stem
+    parents = {p.resolve().parent for p in found if not p.is_dir()}
+    if len(parents) == 1 and all(not p.is_dir() for p in found):
+        return parents.pop().name
+    return "+".join(p.name if p.is_dir() else p.stem for p in found)
 
 
 def artifact_encoder(spec: EncoderSpec, artifact_dir: Path, cache_dir: str | None, device: str, precision: str = "auto"):

@@ -140,13 +140,17 @@ def test_a_decision_the_writer_cannot_log_takes_no_feedback(steerable_artifact, 
     assert [r["type"] for r in iter_records(directory) if r["call_id"] == "unlogged-call" and r["type"] != "outcome"] == []
 
 
-def test_a_feedback_body_nested_too_deep_for_the_json_parser_is_a_400():
+@pytest.mark.parametrize("body, why", [
+    (b'{"call_id":' + b"[" * 100_000 + b"]" * 100_000 + b',"score":1}', "nested deeper than the JSON parser goes"),
+    (b'{"call_id": "c", "score": ' + b"1" * 5_000 + b"}", "a number of more than 4300 digits"),
+    (b'{"call_id": "c", "score": 1', "it is not JSON (Expecting ',' delimiter at line 1 column 28)"),
+    (b'[1, 2]', "got list"),
+])
+def test_a_feedback_body_that_is_not_a_json_object_is_a_400_saying_why(body, why):
     from litellm.proxy._types import ProxyException
     from starlette.requests import Request
 
     from litellm_proteus.router_strategy.feedback_route import require_json_object
-
-    body = b'{"call_id":' + b"[" * 100_000 + b"]" * 100_000 + b',"score":1}'
 
     async def receive():
         return {"type": "http.request", "body": body, "more_body": False}
@@ -154,7 +158,8 @@ def test_a_feedback_body_nested_too_deep_for_the_json_parser_is_a_400():
     request = Request({"type": "http", "method": "POST", "path": "/proteus/feedback", "headers": []}, receive)
     with pytest.raises(ProxyException) as info:
         asyncio.run(require_json_object(request))
-    assert str(info.value.code) == "400" and "JSON object" in info.value.message
+    assert str(info.value.code) == "400" and "body must be a JSON object" in info.value.message
+    assert why in info.value.message
 
 
 def test_the_writer_thread_waits_on_redis_longer_than_the_request_path(tmp_path):

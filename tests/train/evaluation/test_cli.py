@@ -123,3 +123,23 @@ def test_eval_on_a_slice_of_routerbench(tmp_path, shared_data, make_artifact):
     assert metrics["dataset"] == "rb"
     assert metrics["n_test"] + metrics["n_test_excluded"] == 20  # the test file's rows
     assert len(metrics["models"]) == 11
+
+
+def test_a_report_is_named_after_its_data_not_after_its_first_split_file(tmp_path):
+    from types import SimpleNamespace
+
+    from proteus_train.evaluation.inputs import dataset_name
+
+    folder = tmp_path / "zeroeval"
+    folder.mkdir()
+    splits = [folder / f"{name}.jsonl" for name in ("train", "val", "test")]
+    for path in splits:
+        path.write_text("")
+    other = tmp_path / "mmlu.csv"
+    other.write_text("")
+    manifest = SimpleNamespace(data=SimpleNamespace(source="routerbench"))
+    assert dataset_name(manifest, [str(p) for p in splits]) == "zeroeval"  # a dataset's split files
+    assert dataset_name(manifest, [str(folder)]) == "zeroeval"
+    assert dataset_name(manifest, [str(splits[2])]) == "test"  # one file: its stem
+    assert dataset_name(manifest, [str(splits[0]), str(other)]) == "train+mmlu"
+    assert dataset_name(manifest, []) == "routerbench"  # the artifact's own data
