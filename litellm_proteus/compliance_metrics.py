@@ -28,7 +28,8 @@ nothing once a settings change has replaced it.  ``retire_unused``, run whenever
 is replaced, takes out the series no live strategy writes: the state keys none routes on (a tier
 whose tau changed; every key once no router uses PROTEUS), with their windows and pending refreshes,
 and the deployments none has in a PROTEUS group with the breaker / the correction on (deployments
-removed without a settings change: on a decision, at most ``strategy.SWEEP_EVERY_S`` apart).  A
+removed without a settings change: started by a decision, at most ``strategy.SWEEP_EVERY_S``
+apart, in a worker thread that no request waits on).  A
 state key that stays keeps its series, which the next decision on it writes from the new
 controller; turning compliance off writes its delta and infeasible 0 at once.  Under
 several proxy workers (LiteLLM's ``PROMETHEUS_MULTIPROC_DIR``) a gauge shows the value its live

@@ -124,12 +124,28 @@ def gauge_deployments(live: "list[ProteusRoutingStrategy]") -> tuple[set[str], s
     return breakers, corrections
 
 
+def sweep_due() -> bool:
+    """Whether a decision should start ``sweep_deployments`` (at most one per ``SWEEP_EVERY_S``)."""
+    global _next_sweep
+    now = time.monotonic()
+    with _shared_lock:
+        if now < _next_sweep:
+            return False
+        _next_sweep = now + SWEEP_EVERY_S
+        return True
+
+
 def sweep_deployments() -> int:
     """Retire the gauges of deployments the live strategies no longer have (a deployment removed
-    without a settings change); the state keys change only with a strategy (``release_unused``)."""
-    live = [s for s in (ref() for ref in _live) if s is not None]
-    breakers, corrections = gauge_deployments(live)
-    return compliance_metrics.retire_unused([s.gauges for s in live], breakers, corrections, states=False)
+    without a settings change); the state keys change only with a strategy (``release_unused``).
+    Runs beside requests (a worker thread), so a failure is logged, not raised."""
+    try:
+        live = [s for s in (ref() for ref in _live) if s is not None]
+        breakers, corrections = gauge_deployments(live)
+        return compliance_metrics.retire_unused([s.gauges for s in live], breakers, corrections, states=False)
+    except Exception:  # noqa: BLE001 - gauges are best effort; routing goes on
+        logger.exception("PROTEUS: retiring the gauges of removed deployments failed")
+        return 0
 
 
 def release_unused(live: "list[ProteusRoutingStrategy]") -> int:
@@ -375,6 +391,8 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         )
         decision = routed.decision
         await self._off_loop(self._record_decision, control, decision, alarm_offsets)
+        if sweep_due():  # in a worker thread, not awaited: no request waits on it
+            asyncio.get_running_loop().run_in_executor(None, sweep_deployments)
         chosen = scored[decision.index]
         record = DecisionRecord(
             model_group=model,
@@ -457,11 +475,6 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         p_best = alarm_best_p(decision.p, decision.p_correction, alarm_offsets)
         self.compliance.record_decision(control.state_key, decision.tau_effective, p_chosen, p_best, p_ref)
         serving_log.record_gauges(self, control.state_key, p_chosen)
-        global _next_sweep
-        now = time.monotonic()
-        if now >= _next_sweep:
-            _next_sweep = now + SWEEP_EVERY_S
-            sweep_deployments()
 
     def _control(self, resolution: TauResolution) -> Control:
         """The compliance controller's offset for this request's state (tier, or tau bucket)."""

@@ -180,6 +180,32 @@ def test_deployments_that_leave_lose_their_breaker_and_correction_gauges(steerab
     assert present("proteus_breaker_open") == present("proteus_deployment_correction") == set()
 
 
+def test_a_decision_does_not_wait_for_the_sweep_of_removed_deployments(steerable_artifact, upstream, monkeypatch):  # noqa: F811
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus",
+                            routing_strategy_args=base_args(steerable_artifact, "sweeping"))
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def slow_sweep() -> int:
+        started.set()
+        release.wait(5)
+        finished.set()
+        return 0
+
+    monkeypatch.setattr(strategy_module, "sweep_deployments", slow_sweep)
+    monkeypatch.setattr(strategy_module, "_next_sweep", 0.0, raising=False)
+
+    async def go():
+        metadata: dict = {}
+        await router.acompletion(model="proteus-auto", messages=QUESTION, metadata=metadata)
+        answered_during_sweep = started.wait(10) and not finished.is_set()
+        await router.acompletion(model="proteus-auto", messages=QUESTION, metadata={})  # not due again
+        release.set()
+        return answered_during_sweep, metadata
+
+    answered_during_sweep, metadata = asyncio.run(go())
+    assert answered_during_sweep and metadata["proteus"]["state_key"] == "tier:sweeping@0.9"
+    assert strategy_module._next_sweep > 0  # the next sweep waits SWEEP_EVERY_S
+
 # -- several workers: PROMETHEUS_MULTIPROC_DIR ---------------------------------------------------------
 # One proxy worker: a Router with PROTEUS routes one request at the tier's tau 0.9, and with a second
 # argument takes those settings (tau 0.8, as LiteLLM's DB sync would) and routes one more.
