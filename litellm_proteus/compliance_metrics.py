@@ -6,6 +6,8 @@
   decisions, with ``proteus_realised_labels{state_key}`` labels behind it;
 - ``proteus_delta{state_key}`` and ``proteus_infeasible{state_key}`` (0/1): the compliance
   controller's tau offset and infeasible flag;
+- ``proteus_tau{state_key}``: the tau the state answers for (a tier's; a tau bucket's bottom), so an
+  alert can compare realised accuracy with it (``examples/prometheus/proteus-alerts.yaml``);
 - ``proteus_breaker_open{deployment}`` (0/1): whether the quality breaker leaves the deployment out;
 - ``proteus_deployment_correction{deployment}``: what the deployment correction adds to its predicted p;
 - ``proteus_decision_log_dropped_total``: decision log records that did not reach the log's file
@@ -55,6 +57,19 @@ WINDOW = 1000
 EXPORT_EVERY_S = 1.0  # per state key, on the request path: a controller snapshot may read Redis
 
 
+def state_tau(state_key: str) -> float | None:
+    """The tau a state key (``compliance.state_key_for``) answers for: a tier's tau, or the bottom of
+    a tau bucket (every tau in it is at least that); None for a key of another form."""
+    if state_key.startswith("tier:"):
+        text = state_key.rpartition("@")[2]
+    else:
+        text = state_key[len("tau:"):] if state_key.startswith("tau:") else ""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 class _Window:
     def __init__(self) -> None:
         self.p: deque[float] = deque(maxlen=WINDOW)
@@ -100,6 +115,7 @@ class _Gauges:
         self.labels = gauge("proteus_realised_labels", "feedback labels behind proteus_realised_accuracy")
         self.delta = gauge("proteus_delta", "compliance controller tau offset")
         self.infeasible = gauge("proteus_infeasible", "1 when the tier's tau cannot be reached on the current window")
+        self.tau = gauge("proteus_tau", "the tau the state answers for (a tier's; a tau bucket's bottom)")
         self.dropped = Counter("proteus_decision_log_dropped", "decision log records that did not reach the log file")
         self.truncated = Counter("proteus_decision_log_truncated", "decision log records with text cut to fit max_bytes")
         self.conflicts = Counter("proteus_call_id_conflicts", "decisions whose call id another key had already used")
@@ -109,7 +125,7 @@ class _Gauges:
                                 ["deployment"], multiprocess_mode="livemostrecent")
 
     def per_state(self) -> tuple[Any, ...]:
-        return self.predicted, self.realised, self.labels, self.delta, self.infeasible
+        return self.predicted, self.realised, self.labels, self.delta, self.infeasible, self.tau
 
 
 gauges = optional_metrics(_Gauges)
@@ -216,6 +232,9 @@ def export(state_key: str, controller: Any = None, every_s: float = 0.0, writer:
         g.labels.labels(state_key).set(float(snapshot.get("n_labels") or 0))
         g.delta.labels(state_key).set(float(snapshot.get("delta") or 0.0))
         g.infeasible.labels(state_key).set(1.0 if snapshot.get("infeasible") else 0.0)
+        tau = state_tau(state_key)
+        if tau is not None:
+            g.tau.labels(state_key).set(tau)
         _written[state_key] = writer
     return snapshot
 

@@ -28,7 +28,7 @@ from .test_settings_changes import base_args, route
 from .test_strategy import QUESTION, model_list, upstream  # noqa: F401  (fixture)
 
 STATE_GAUGES = ("proteus_predicted_accuracy", "proteus_realised_accuracy", "proteus_realised_labels",
-                "proteus_delta", "proteus_infeasible")
+                "proteus_delta", "proteus_infeasible", "proteus_tau")
 
 
 @pytest.fixture(autouse=True)
