@@ -2,7 +2,8 @@
 
 ``shadow: {rate: 0.01, candidates: 1, judge_model: GROUP, daily_budget_usd: 5}`` in the strategy
 config (off by default; ``tiers: {premium: 0.0}`` sets a tier's rate).  For a sampled share of the
-chat requests PROTEUS routes:
+requests PROTEUS routes (a ``/v1/completions`` prompt reaches the router as one user message, and is
+shadowed as that message through chat completions):
 
 1. at routing time the request is sampled (``rate_for(tier)``) and its candidates remembered (at
    most ``max_pending`` per process, the oldest forgotten: counted as ``no_answer``);

@@ -197,6 +197,17 @@ def test_a_streamed_response_is_shadowed_once_the_stream_is_complete(shadow_prox
     assert row["gpt-4-1106-preview"] == 1.0 and row["mistralai/mixtral-8x7b-chat"] == 0.0  # the served text was judged
 
 
+def test_a_completions_prompt_is_shadowed_like_a_chat_message(shadow_proxy, upstream):
+    body = {"model": "proteus-auto", "metadata": {"tau": 0.9}, "prompt": "What is the capital of France?"}
+    response = httpx.post(shadow_proxy.base + "/v1/completions", json=body, headers={"Authorization": "Bearer sk-alice"},
+                          timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["text"] == "served by gpt-4"
+    row = wait_for(lambda: shadow_rows(shadow_proxy).get(response.headers["x-litellm-call-id"]))
+    assert row, shadow_proxy.log()[-3000:]
+    assert row["prompt"] == "What is the capital of France?"
+    assert row["gpt-4-1106-preview"] == 1.0 and row["mistralai/mixtral-8x7b-chat"] == 0.0  # both answers judged
+
 def test_a_failing_shadow_upstream_leaves_the_client_untouched(shadow_proxy, upstream):
     upstream.mode = "error"
     errors = counter(shadow_proxy, "proteus_shadow_calls_total", kind="candidate", outcome="error")
