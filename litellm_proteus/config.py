@@ -234,8 +234,8 @@ class ProteusConfig(BaseModel):
                                    description="shadow evaluation (litellm_proteus/shadow.py); off by default")
     allow_direct_deployments: StrictBool = Field(
         False,
-        description="may a request name one deployment of a PROTEUS group (by its id, or with specific_deployment) "
-        "and so skip tau and tiers?",
+        description="may a request name one deployment of a PROTEUS group (by its id, or its litellm_params.model "
+        "with specific_deployment) and so skip tau and tiers?",
     )
 
     @property

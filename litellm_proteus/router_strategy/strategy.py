@@ -283,9 +283,10 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
             specific_deployment=specific_deployment,
             parent_otel_span=span,
         )
-        if isinstance(healthy, dict):  # a specific deployment was asked for (by id, or specific_deployment)
+        if isinstance(healthy, dict):  # a specific deployment was asked for (by id)
             return self._direct_deployment(model, healthy)
-        if not managed:
+        if not managed:  # by its litellm_params.model (the proxy sets specific_deployment), or another group
+            healthy = self._without_direct_deployments(model, healthy)
             return await self._litellm_pick(model, healthy, messages, input, request_kwargs, span)
         return await self._proteus_pick(model, healthy, request, request_kwargs, span)
 
@@ -322,16 +323,32 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         group exists to enforce: refused unless ``allow_direct_deployments``."""
         group = deployment.get("model_name")
         if group in self._groups and not self.config.allow_direct_deployments:
-            raise litellm.BadRequestError(
-                message=(
-                    f"model {model!r} names one deployment of the PROTEUS group {group!r}; request model {group!r} "
-                    "(PROTEUS picks the deployment for the request's tau), or set "
-                    "routing_strategy_args.allow_direct_deployments: true"
-                ),
-                model=model,
-                llm_provider=STRATEGY_NAME,
-            )
+            raise self._direct_refusal(model, group)
         return deployment
+
+    def _without_direct_deployments(self, model: str, healthy: Any) -> Any:
+        """The deployments a request for a model PROTEUS does not manage may take: a name that is a
+        deployment's ``litellm_params.model`` reaches every deployment of that model, PROTEUS groups'
+        too, which would skip their tier and tau; those are left out unless
+        ``allow_direct_deployments``, and a request left with none is refused."""
+        if self.config.allow_direct_deployments or not isinstance(healthy, list):
+            return healthy
+        kept = [d for d in healthy if not (isinstance(d, dict) and d.get("model_name") in self._groups)]
+        if healthy and not kept:
+            raise self._direct_refusal(model, healthy[0].get("model_name"))
+        return kept
+
+    @staticmethod
+    def _direct_refusal(model: str, group: Any) -> Exception:
+        return litellm.BadRequestError(
+            message=(
+                f"model {model!r} names one deployment of the PROTEUS group {group!r}; request model {group!r} "
+                "(PROTEUS picks the deployment for the request's tau), or set "
+                "routing_strategy_args.allow_direct_deployments: true"
+            ),
+            model=model,
+            llm_provider=STRATEGY_NAME,
+        )
 
     # -- picks ----------------------------------------------------------------------------------
     async def _litellm_pick(self, model, healthy, messages, input, request_kwargs, span):

@@ -293,6 +293,8 @@ def test_a_client_cannot_pick_its_deployment_around_its_tier(proxy):
     assert forged.headers["x-proteus-tier"] == "economy"
     direct = proxy.chat("sk-bob", model=gpt4_id)  # the id every response leaks
     assert direct.status_code == 400 and "one deployment of the PROTEUS group" in direct.json()["error"]["message"]
+    by_model = proxy.chat("sk-bob", model="openai/gpt-4-1106-preview")  # the deployment's litellm_params.model
+    assert by_model.status_code == 400 and "one deployment of the PROTEUS group" in by_model.json()["error"]["message"]
 
 
 def test_a_client_cannot_forge_the_decision(proxy):

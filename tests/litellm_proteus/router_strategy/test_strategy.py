@@ -162,6 +162,31 @@ def test_naming_one_deployment_of_a_proteus_group_is_refused(router, upstream):
     assert sum(route.call_count for route in upstream.values()) == 0
 
 
+def test_naming_a_deployments_litellm_model_does_not_skip_the_tier(steerable_artifact, upstream):
+    """The proxy passes a request for a deployment's litellm_params.model with specific_deployment:
+    the router then offers every deployment of that model, a PROTEUS group's included."""
+    deployments = model_list()
+    deployments.append({"model_name": "gpt-4-direct", "model_info": {"id": "gpt-4-direct"},
+                        "litellm_params": {**deployments[0]["litellm_params"], "api_base": PLAIN}})
+    args = {"artifact": str(steerable_artifact), "tiers": {"premium": 0.9, "economy": 0.7}, "default_tier": "economy"}
+    router = Router(model_list=deployments, routing_strategy="proteus", routing_strategy_args=args, disable_cooldowns=True)
+
+    async def direct(model: str) -> str:
+        response = await router.acompletion(model=model, messages=QUESTION, specific_deployment=True, metadata={})
+        return response.choices[0].message.content
+
+    with pytest.raises(litellm.BadRequestError) as info:  # only proteus-auto has Mixtral: refused
+        asyncio.run(direct("openai/mixtral-8x7b-chat"))
+    assert "one deployment of the PROTEUS group 'proteus-auto'" in str(info.value)
+    assert upstream["mistralai/mixtral-8x7b-chat"].call_count == 0
+    upstream["plain"].mock(return_value=httpx.Response(200, json=completion_body("gpt-4 through gpt-4-direct")))
+    # GPT-4 is also the group gpt-4-direct's: served there, never by proteus-auto's deployment
+    assert asyncio.run(direct("openai/gpt-4-1106-preview")) == "gpt-4 through gpt-4-direct"
+    assert upstream["gpt-4-1106-preview"].call_count == 0
+    allowed = make_router(steerable_artifact, allow_direct_deployments=True)
+    response = asyncio.run(allowed.acompletion(model="openai/mixtral-8x7b-chat", messages=QUESTION, specific_deployment=True))
+    assert response.choices[0].message.content == "mistralai/mixtral-8x7b-chat"
+
 def test_direct_deployments_when_the_operator_allows_them(steerable_artifact, upstream):
     router = make_router(steerable_artifact, allow_direct_deployments=True)
     text, decision, _ = asyncio.run(ask(router, model="mistral-7b-chat", tau=0.9))
