@@ -33,6 +33,7 @@ from typing import Any
 from .config import ProteusConfig
 from .costs import DeploymentMappingError, Prices, deployment_id, deployment_prices, model_name_variants
 from .exploration import explore_decision
+from .replicas import balance as balance_replicas
 from .predictor import Candidate, Decision
 from .request import TierChoice
 from .token_count import TokenCounter, choose_counter
@@ -284,9 +285,10 @@ class DecisionEngine:
         decisions = self.predictor.decide(
             [r.text for r in requests], [r.tau for r in requests], candidates, [r.delta for r in requests]
         )
-        explored = [explore_decision(d, r.exploration_rate, [c.slot for c in r.candidates], self.manifest.models)
-                    for d, r in zip(decisions, requests)]
-        return [
-            Routed(d, n, cands[d.index].cost_usd, tuple(c.cost_usd for c in cands), propensity)
-            for (d, propensity), n, cands in zip(explored, tokens, candidates)
-        ]
+        routed = []
+        for d, r, n, cands in zip(decisions, requests, tokens, candidates):
+            slots, costs = [c.slot for c in r.candidates], [c.cost_usd for c in cands]
+            d, propensity = explore_decision(d, r.exploration_rate, slots, self.manifest.models)
+            d = balance_replicas(d, slots, costs)  # the model is chosen: spread it over its replicas
+            routed.append(Routed(d, n, costs[d.index], tuple(costs), propensity))
+        return routed

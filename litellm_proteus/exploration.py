@@ -10,6 +10,11 @@ Distribution (per request, given the candidates' calibrated p and the policy's c
   chosen candidate's probability is its *propensity* (1.0 when ``|E| = 1`` or ``rate = 0``), which the
   decision log records so that training and evaluation can weight the logged outcome by 1 / propensity.
 
+Candidates are models, not deployments (``explore_decision``): several deployments of one slot (replicas
+of a model) are one candidate, the policy's own pick for the chosen slot and, for every other slot, its
+deployment with the highest p.  So exploration never spends its share switching between copies of the
+model the policy chose, and the propensity is the probability of the slot, as training reads it.
+
 The draw is a number in [0, 1) supplied by the caller (a seeded generator offline, ``random`` in the
 proxy), so the choice is reproducible in tests.
 """
@@ -53,16 +58,28 @@ DecisionT = TypeVar("DecisionT")
 _RNG = random.Random()
 
 
+def slot_representatives(p: Sequence[float], slots: Sequence[int], chosen: int) -> list[int]:
+    """One candidate index per slot: ``chosen`` for its own slot, the highest p for every other."""
+    best: dict[int, int] = {slots[chosen]: chosen}
+    for j, slot in enumerate(slots):
+        if slot not in best or (best[slot] != chosen and p[j] > p[best[slot]]):
+            best[slot] = j
+    return sorted(best.values())
+
+
 def explore_decision(decision: DecisionT, rate: float, slots: Sequence[int], models: Sequence[str],
                      rng: random.Random = _RNG) -> tuple[DecisionT, float]:
-    """``explore`` applied to a predictor ``Decision`` (fields ``index``, ``slot``, ``model``, ``p``);
-    ``slots``: each candidate's slot, ``models``: the artifact's slot names.  Returns the decision
-    (moved to the explored candidate, if any) and its propensity."""
+    """``explore`` applied to a predictor ``Decision`` (fields ``index``, ``slot``, ``model``, ``p``)
+    over one candidate per slot (``slot_representatives``); ``slots``: each candidate's slot,
+    ``models``: the artifact's slot names.  Returns the decision (moved to the explored candidate,
+    if any) and its propensity: the probability of its slot."""
     if rate <= 0:
         return decision, 1.0
     d: Any = decision
-    out = explore(d.p, d.index, rate, rng.random(), rng.random())
-    if out.index != d.index:  # the served model is exploration's: no rule's pick gave way to it
+    reps = slot_representatives(d.p, slots, d.index)
+    out = explore([d.p[j] for j in reps], reps.index(d.index), rate, rng.random(), rng.random())
+    index = reps[out.index]
+    if index != d.index:  # the served model is exploration's: no rule's pick gave way to it
         moved = {"repriced_from": None} if hasattr(d, "repriced_from") else {}
-        decision = replace(d, index=out.index, slot=slots[out.index], model=models[slots[out.index]], **moved)
+        decision = replace(d, index=index, slot=slots[index], model=models[slots[index]], **moved)
     return decision, out.propensity

@@ -424,3 +424,24 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
     assert {u.decision.repriced_from for u in unguarded} == {None}  # no limit: every pick stands
     assert [(g.decision.slot, g.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded] == [
         (u.decision.slot, u.cost_usd) for g, u in zip(guarded, unguarded) if (g, u) not in traded]
+
+
+def test_replicas_of_the_chosen_model_share_its_requests(steerable_engine):
+    prices = {"gpt-4-1106-preview": (1e-5, 3e-5), "mistralai/mixtral-8x7b-chat": (6e-7, 6e-7),
+              "mistralai/mistral-7b-chat": (2e-7, 2e-7)}
+    cands = candidates_for(steerable_engine, prices)
+    twin = steerable_engine.score(deployment("gpt-4-eu", "openai/x", slot="gpt-4-1106-preview",
+                                             prices=prices["gpt-4-1106-preview"]))
+    dearer = steerable_engine.score(deployment("gpt-4-dear", "openai/x", slot="gpt-4-1106-preview", prices=(2e-5, 6e-5)))
+    routed = steerable_engine.decide([DecisionRequest("q", QUESTION, 0.9, [cands[0], dearer, *cands[1:], twin])] * 200)
+    picks = [r.decision.index for r in routed]
+    assert {r.decision.model for r in routed} == {"gpt-4-1106-preview"} and set(picks) == {0, 4}  # never the dearer one
+    assert min(picks.count(0), picks.count(4)) > 60  # spread over both replicas (200 draws of a fair coin)
+    assert all(r.propensity == 1.0 and r.cost_usd == r.costs_usd[r.decision.index] for r in routed)
+
+
+def test_replicas_are_the_same_slot_at_the_same_price_and_p():
+    from litellm_proteus.replicas import replicas_of
+
+    assert replicas_of(0, [0, 0, 1, 0], [1.0, 1.0, 1.0, 1.0], [0.9, 0.9, 0.9, 0.9]) == [0, 1, 3]
+    assert replicas_of(0, [0, 0, 0], [1.0, 1.0 + 1e-6, 1.0], [0.9, 0.9, 0.85]) == [0]  # dearer; corrected lower

@@ -76,3 +76,22 @@ def test_an_explored_request_names_no_repriced_pick():
             kept += 1
             assert decision.repriced_from == "dear"
     assert moved and kept
+
+
+def test_replicas_of_one_model_are_one_candidate_and_the_propensity_is_the_slots():
+    import random
+
+    from litellm_proteus.exploration import explore_decision, slot_representatives
+    from litellm_proteus.predictor import Decision
+
+    # candidates 0 and 1 are two deployments of slot 0 (the policy chose 0); 2 is slot 1, more accurate
+    picked = Decision(index=0, slot=0, model="gpt-4", mu=0.5, tau_requested=0.8, tau_effective=0.8, clamped=False,
+                      p=(0.9, 0.9, 0.95), scores=(0.0, 0.0, 0.0))
+    assert slot_representatives(picked.p, [0, 0, 1], 0) == [0, 2]
+    assert slot_representatives((0.9, 0.92, 0.95, 0.97), [0, 1, 1, 0], 0) == [0, 2]  # the best of another slot
+    seen = {}
+    for seed in range(400):
+        decision, propensity = explore_decision(picked, 0.3, [0, 0, 1], ["gpt-4", "gpt-4-turbo"], random.Random(seed))
+        seen.setdefault(decision.index, set()).add(round(propensity, 9))
+    # exploration moves between models (E = {slot 0, slot 1}), never to the replica of the chosen one
+    assert seen == {0: {0.85}, 2: {0.15}}
