@@ -22,6 +22,7 @@ import inspect
 import json
 import time
 import logging
+import re
 import sys
 import weakref
 from typing import Any
@@ -32,6 +33,7 @@ from litellm.router_utils import routing_groups
 
 from ..artifact import MANIFEST_FILE, ArtifactError, file_sha256, read_manifest
 from ..config import CONFIG_PATH, STRATEGY_NAME, ProteusConfig, ProteusConfigError
+from ..costs import deployment_id
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
 from ..tiers import shared_store
@@ -188,6 +190,25 @@ def warn_slots_without_deployments(engine: DecisionEngine, model_list: list) -> 
     return missing
 
 
+GENERATED_ID = re.compile(r"[0-9a-f]{64}")  # LiteLLM's id for a deployment without model_info.id: sha256 of its params
+
+
+def warn_generated_ids(config: ProteusConfig, model_list: list) -> list[str]:
+    """The deployments of PROTEUS groups whose id LiteLLM generated, when per-deployment state is
+    kept by id (the correction, the breaker): LiteLLM hashes every ``litellm_params`` value into it,
+    so editing a price, a key, an ``api_base`` or a timeout gives the deployment a new id, and the
+    labels that corrected it are left behind.  Said once at start-up."""
+    if not (config.compliance.enabled and (config.compliance.correction.enabled or config.compliance.breaker.enabled)):
+        return []
+    names = [f"{d.get('model_name')}/{(d.get('litellm_params') or {}).get('model')}" for d in model_list
+             if d.get("model_name") in config.groups and GENERATED_ID.fullmatch(str(deployment_id(d) or ""))]
+    if names:
+        logger.warning("PROTEUS: deployments without model_info.id (LiteLLM ids them by a hash of their litellm_params, "
+                       "so editing a price, key, api_base or timeout starts their deployment correction afresh): %s; "
+                       "set model_info.id to keep it", names)
+    return names
+
+
 def install(router: Router, routing_strategy_args: Any) -> ProteusRoutingStrategy:
     """Build the strategy for ``router`` from its ``routing_strategy_args`` and set it.
 
@@ -250,6 +271,8 @@ def _install(router: Router, routing_strategy_args: Any, update: bool) -> Proteu
         ensure_log_handler()
     warn_tiers_outside_range(config, engine.manifest.tau_range)
     warn_slots_without_deployments(engine, router.model_list or [])
+    if not update:
+        warn_generated_ids(config, router.model_list or [])
     strategy.report_price_drift(engine.score_all(d for d in router.model_list or [] if d.get("model_name") in config.groups)[0])
     logger.info(
         "PROTEUS routing groups %s with artifact %s (slots %s) on %s",

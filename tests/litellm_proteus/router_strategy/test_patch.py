@@ -245,6 +245,24 @@ def test_slots_no_deployment_plays_are_announced_at_startup(steerable_artifact, 
     assert "{'proteus-auto': ['gpt-4-1106-preview', 'mistralai/mistral-7b-chat']}" in caplog.text
 
 
+def test_deployments_without_a_pinned_id_are_announced_when_their_correction_is_kept_by_id(steerable_artifact, caplog):
+    import logging
+
+    def start(deployments, **args) -> str:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="litellm_proteus.router"):
+            Router(model_list=deployments, routing_strategy="proteus",
+                   routing_strategy_args={"artifact": str(steerable_artifact), **args})
+        return caplog.text
+
+    said = start(model_list())  # neither deployment pins model_info.id
+    assert "deployments without model_info.id" in said and "'proteus-auto/openai/gpt-4-1106-preview'" in said
+    pinned = model_list()
+    for n, deployment in enumerate(pinned):
+        deployment.setdefault("model_info", {})["id"] = f"dep-{n}"
+    assert "without model_info.id" not in start(pinned)
+    assert "without model_info.id" not in start(model_list(), compliance={"correction": {"enabled": False}})
+
 def test_unknown_predictor_options_stop_the_router(steerable_artifact):
     with pytest.raises(patch.ProteusStartupError, match=r"predictor_options\.warp_speed: Extra inputs are not permitted \(allowed: \[.*threads"):
         Router(model_list=model_list(), routing_strategy="proteus",
