@@ -6,6 +6,7 @@ thousands of logged queries at many taus, with each row's *logged* per-call cost
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,8 +28,10 @@ class RouteResult:
 def fill_missing_costs(costs_usd: np.ndarray) -> np.ndarray:
     """NaN cost cells -> that model's mean logged cost (a model is never free by omission)."""
     costs = np.array(costs_usd, dtype=np.float64)
-    col_mean = np.nanmean(np.where(np.isfinite(costs), costs, np.nan), axis=0)
-    col_mean = np.where(np.isfinite(col_mean), col_mean, np.nanmean(col_mean))
+    with warnings.catch_warnings():  # a model no row logged a cost for (never served): filled below, not news
+        warnings.simplefilter("ignore", RuntimeWarning)
+        col_mean = np.nanmean(np.where(np.isfinite(costs), costs, np.nan), axis=0)
+        col_mean = np.where(np.isfinite(col_mean), col_mean, np.nanmean(col_mean))
     rows, cols = np.where(~np.isfinite(costs))
     costs[rows, cols] = col_mean[cols]
     return costs

@@ -58,6 +58,13 @@ def test_partially_missing_costs_take_the_models_own_mean(tmp_path):
     assert filled[:, 1].tolist() == pytest.approx([2e-4, 3e-4, 4e-4, 3e-4])
 
 
+def test_a_model_with_no_logged_cost_takes_the_other_models_mean_without_a_warning():
+    costs = np.array([[1e-4, nan, 3e-3], [3e-4, nan, 5e-3]])  # the middle model never served
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" would be an error here
+        filled = fill_missing_costs(costs)
+    assert filled[:, 1].tolist() == pytest.approx([(2e-4 + 4e-3) / 2] * 2)
+
 def test_cost_present_in_another_file_is_enough(tmp_path):
     write_frame(frame(3, costs=[[1e-4, nan, 3e-3]] * 3), tmp_path / "logs_train.csv")
     write_frame(frame(3, costs=[[1e-4, 5e-4, 3e-3]] * 3).assign(sample_id=["t0", "t1", "t2"]),
