@@ -67,9 +67,10 @@ def is_shadow(frame: pd.DataFrame) -> bool:
 
 def _records(tables: Iterable[Table]) -> Iterable[tuple[str, dict[str, Any]]]:
     for table in tables:
-        for lineno, record in enumerate(table.frame.to_dict("records"), 1):
+        lines = table.frame.attrs.get("lines")  # the file's line numbers (JSONL); else rows count from 1
+        for row, record in enumerate(table.frame.to_dict("records")):
             record = {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
-            where = f"{table.path}:{lineno}"
+            where = f"{table.path}:{lines[row] if lines and len(lines) == len(table.frame) else row + 1}"
             if record.get("schema") not in READ_SCHEMAS:
                 raise ValueError(f"{where}: field 'schema' is {record.get('schema')!r}; supported: "
                                  f"{', '.join(map(str, READ_SCHEMAS))}")

@@ -260,3 +260,19 @@ def test_a_log_whose_labels_leave_too_few_validation_rows_is_refused_before_ppo(
     err = capsys.readouterr().err
     assert "its calibration rows hold 16 validation rows, fewer than the 20 a lower bound on accuracy needs, from 100 labelled decisions" in err
     assert not (tmp_path / "art").exists()
+
+
+def test_a_line_that_is_json_but_not_an_object_is_an_error_naming_its_line(tmp_path):
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text(json.dumps(decision("a", 1.0, 0)) + "\n42\n" + json.dumps(feedback("a", 2.0, 1.0)) + "\n")
+    with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:2: each line must be a JSON object"):
+        load_logs(path)
+
+
+def test_errors_name_the_files_line_after_blank_lines(tmp_path):
+    bad = decision("b", 2.0, 0)
+    del bad["candidates"][1]["slot"]
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text("\n".join([json.dumps(decision("a", 1.0, 0)), "", "  ", json.dumps(bad)]) + "\n")
+    with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:4: call_id 'b': field 'candidates\[1\]\.slot' is missing"):
+        load_logs(path)
