@@ -21,8 +21,8 @@ umask (``make_log_dir``, ``private_opener``; docs/decision-log.md, "Who can read
 Records (schema 2; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
 ``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Schema 2 adds ``deployment_id``
 to outcomes (the deployment whose attempt the outcome is); readers take schema 1 and 2 records
-(``READ_SCHEMAS``) and skip lines that do not parse (a process killed mid-write leaves at most its
-last line half-written).
+(``READ_SCHEMAS``), skip a file's last line when it is cut off (a process killed mid-write leaves at
+most its last line half-written) and refuse any other line they cannot read, naming ``file:line``.
 """
 
 from __future__ import annotations
@@ -839,17 +839,35 @@ def _file_order(path: Path) -> tuple:
 
 
 def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
-    """Every well-formed record of every file, file by file; lines that do not parse as a record of a
-    schema in ``READ_SCHEMAS`` (a half-written last line) are skipped."""
+    """Every record of every file, file by file.  A file's last line that has no newline and does not
+    parse (a writer killed mid-line) is skipped with a warning naming ``file:line``; any other line
+    that is not a JSON object of a schema in ``READ_SCHEMAS`` and a type in ``RECORD_TYPES`` is a
+    ValueError naming ``file:line`` (the trainer's reader refuses the same lines)."""
     for path in log_files(directory):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
+        with open(path, "rb") as handle:
+            for lineno, raw in enumerate(handle, 1):
+                if not raw.strip():
                     continue
-                if isinstance(record, dict) and record.get("schema") in READ_SCHEMAS and record.get("type") in RECORD_TYPES:
-                    yield record
+                where = f"{path}:{lineno}"
+                try:
+                    record = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+                except ValueError as exc:  # UnicodeDecodeError included
+                    if not raw.endswith(b"\n"):  # only the last line can lack its newline
+                        logger.warning("PROTEUS decision log: %s: skipped the last line: it has no newline at its end "
+                                       "and does not parse, as a writer stopped mid-line leaves it", where)
+                        break
+                    raise ValueError(f"{where}: not a JSON record ({exc}); only a file's last line, cut off by a "
+                                     "writer stopped mid-line, is skipped") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{where}: each line must be a JSON object (one record); got a "
+                                     f"{type(record).__name__}")
+                if record.get("schema") not in READ_SCHEMAS:
+                    raise ValueError(f"{where}: field 'schema' is {short_repr(record.get('schema'))}; supported: "
+                                     f"{', '.join(map(str, READ_SCHEMAS))}")
+                if record.get("type") not in RECORD_TYPES:
+                    raise ValueError(f"{where}: field 'type' is {short_repr(record.get('type'))}; allowed: "
+                                     f"{list(RECORD_TYPES)}")
+                yield record
 
 
 def supersedes(record: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:

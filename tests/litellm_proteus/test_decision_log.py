@@ -554,3 +554,37 @@ def test_rotating_files_refuse_a_line_over_max_bytes(tmp_path):
     files.close()
     [path] = tmp_path.glob("shadow-*.jsonl")
     assert path.read_text() == '{"a":1}\n{"c":3}\n'
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("{not json", r":2: not a JSON record"),
+    ("42", r":2: each line must be a JSON object"),
+    (json.dumps({**make_decision("future"), "schema": 3}), r":2: field 'schema' is 3; supported: 1, 2"),
+    (json.dumps({**make_decision("odd"), "type": "verdict"}), r":2: field 'type' is 'verdict'"),
+])
+def test_a_line_readers_cannot_read_is_an_error_naming_its_file_and_line(tmp_path, line, error):
+    """Only a torn last line is skipped: a bad line elsewhere (or a complete last line) is refused, as
+    ``proteus train`` refuses it, by ``compliance`` and ``feedback --log`` alike."""
+    from litellm_proteus.feedback import append_to_log_dir
+
+    directory = tmp_path / "log"
+    directory.mkdir()
+    path = directory / "decisions-20260101T000000-1-0.jsonl"
+    for text in (f"{json.dumps(make_decision('a'))}\n{line}\n{json.dumps(make_decision('b'))}\n",
+                 f"{json.dumps(make_decision('a'))}\n{line}\n"):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=rf"decisions-20260101T000000-1-0\.jsonl{error}"):
+            join_log(directory)
+        with pytest.raises(ValueError, match=rf"decisions-20260101T000000-1-0\.jsonl{error}"):
+            append_to_log_dir(directory, "a", 1.0, "cli")
+    assert log_files(directory) == [path]  # nothing written
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    directory = tmp_path / "log"
+    directory.mkdir()
+    path = directory / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text(f"{json.dumps(make_decision('a'))}\n\n{json.dumps(make_decision('b'))[:40]}")
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.decision_log"):
+        assert [r["call_id"] for r in iter_records(directory)] == ["a"]
+    assert "decisions-20260101T000000-1-0.jsonl:3: skipped the last line" in caplog.text
