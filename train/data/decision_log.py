@@ -23,8 +23,10 @@ Per row of the resulting log:
   artifact missed every floor on the test split); no test part (``proteus eval --log`` judges an
   artifact on a log it never trained on).
 
-Slots: the ``slot`` index and ``model`` name of each candidate; the log's model list is every slot
-seen, by slot index (``--init`` re-orders them to the initial artifact's slots).
+Slots: the ``slot`` index and ``model`` name of each candidate.  A model is known by its name across
+records (an artifact promotion may re-order the slots); within one decision a slot index names one
+model.  The log's model list is every model seen, by the slot it first holds (``--init`` re-orders
+them to the initial artifact's slots).
 
 Shadow rows (``litellm_proteus.shadow_rows``: wide-format JSONL with a ``shadow_of`` column, written
 beside the decision log by the proxy's shadow evaluation) are read with it as *full-information*
@@ -190,14 +192,19 @@ def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any],
 
 
 def _slots(rows: list[dict[str, Any]]) -> list[str]:
-    names: dict[int, str] = {}
+    """The log's models, by the slot each first holds (then first seen).  Rows join candidates by model
+    name, so a log spanning an artifact promotion that re-ordered the slots is one log; only a record
+    naming one slot index for two models is refused."""
+    first: dict[str, tuple[int, int]] = {}
     for row in rows:
+        names: dict[int, str] = {}
         for cand in row["candidates"]:
             slot, model = cand["slot"], cand["model"]
             if names.setdefault(slot, model) != model:
-                raise ValueError(f"{row['where']}: slot {slot} is named {model!r} here and {names[slot]!r} elsewhere "
-                                 "(one decision log per artifact slot layout)")
-    return [names[s] for s in sorted(names)]
+                raise ValueError(f"{row['where']}: call_id {row['call_id']!r}: slot {slot} is named both "
+                                 f"{names[slot]!r} and {model!r} in one decision")
+            first.setdefault(model, (slot, len(first)))
+    return sorted(first, key=first.__getitem__)
 
 
 def prompt_fraction(prompt: str) -> float:

@@ -276,3 +276,30 @@ def test_errors_name_the_files_line_after_blank_lines(tmp_path):
     path.write_text("\n".join([json.dumps(decision("a", 1.0, 0)), "", "  ", json.dumps(bad)]) + "\n")
     with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:4: call_id 'b': field 'candidates\[1\]\.slot' is missing"):
         load_logs(path)
+
+
+def test_a_log_spanning_a_promotion_that_reordered_the_slots_joins_candidates_by_model_name(tmp_path):
+    before = [decision(f"a{i}", 1.0 + i, i % 3, prompt=f"p{i}") for i in range(3)]
+    after = [decision(f"b{i}", 10.0 + i, i % 3, prompt=f"q{i}") for i in range(3)]
+    for record in after:  # the promoted artifact holds the models in the opposite slot order
+        record["candidates"] = [{**c, "slot": 2 - c["slot"]} for c in record["candidates"]]
+    labels = [feedback(r["call_id"], 20.0, 1.0 if r["call_id"].startswith("a") else 0.5) for r in before + after]
+    write(tmp_path / "decisions-20260101T000000-1-0.jsonl", before)
+    write(tmp_path / "decisions-20260101T010000-2-0.jsonl", after + labels)
+    log = load_logs(tmp_path)
+    assert log.models == SLOTS
+    for call_id, record in ((r["call_id"], r) for r in before + after):
+        row = log.sample_ids.index(call_id)
+        model = record["candidates"][record["chosen"]]["model"]
+        assert log.models[log.logged_choice[row]] == model
+        assert log.scores[row, SLOTS.index(model)] == (1.0 if call_id.startswith("a") else 0.5)
+        assert log.costs[row].tolist() == pytest.approx([c["cost_usd"] for c in sorted(record["candidates"], key=lambda c: SLOTS.index(c["model"]))])
+
+
+def test_one_decision_naming_one_slot_for_two_models_is_refused(tmp_path):
+    bad = decision("x", 2.0, 0)
+    bad["candidates"][1]["slot"] = 0
+    write(tmp_path / "decisions-20260101T000000-1-0.jsonl", [decision("a", 1.0, 0), bad, feedback("a", 3.0, 1.0)])
+    with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:2: call_id 'x': slot 0 is named both "
+                                         r"'big' and 'mid' in one decision"):
+        load_logs(tmp_path)
