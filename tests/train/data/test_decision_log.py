@@ -303,3 +303,25 @@ def test_one_decision_naming_one_slot_for_two_models_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:2: call_id 'x': slot 0 is named both "
                                          r"'big' and 'mid' in one decision"):
         load_logs(tmp_path)
+
+
+def test_a_call_id_reused_for_another_prompt_labels_each_request_with_its_own_feedback(tmp_path):
+    """`x-litellm-call-id: fixed-id-1` sent with two prompts: the feedback sent for the first labels
+    the first (not the decision logged after it), each request is a row, and the proxy's reader agrees."""
+    from litellm_proteus.decision_log import join_log
+
+    haiku = {**decision("fixed-id-1", 1.0, 0, prompt="Write a haiku"), "prompt_sha256": "haiku"}
+    france = {**decision("fixed-id-1", 3.0, 1, prompt="What is the capital of France?"), "prompt_sha256": "france"}
+    records = [haiku, feedback("fixed-id-1", 2.0, 0.0), france]
+    path = write(tmp_path / "decisions-20260101T000000-1-0.jsonl", records)
+    with pytest.warns(RoutingLogWarning, match=r"1 call id\(s\) were reused by distinct requests"):
+        log = load_logs(path)
+    assert log.sample_ids == ["fixed-id-1"] and log.prompts == ["Write a haiku"]
+    assert log.logged_choice.tolist() == [0] and log.scores[0, 0] == 0.0
+    write(path, records + [feedback("fixed-id-1", 4.0, 1.0)])
+    with pytest.warns(RoutingLogWarning, match="reused"):
+        log = load_logs(path)
+    assert log.sample_ids == ["fixed-id-1", "fixed-id-1#2"] and log.prompts == ["Write a haiku", "What is the capital of France?"]
+    assert [log.scores[i, log.logged_choice[i]] for i in range(2)] == [0.0, 1.0]
+    assert [(r.decision["prompt"], r.feedback) for r in join_log(tmp_path)] == [
+        ("Write a haiku", 0.0), ("What is the capital of France?", 1.0)]
