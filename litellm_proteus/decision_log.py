@@ -1059,7 +1059,7 @@ def join_records(records: Iterable[Mapping[str, Any]], every_pick: bool = False)
     feedback, which labels a call's answer only."""
     grouped = call_requests(records)
     warning = grouped.warning()
-    if warning:
+    if warning and not every_pick:  # once per report: compliance joins the same records both ways
         logger.warning("PROTEUS decision log: %s", warning)
     joined = []
     for request in grouped.requests:
