@@ -21,8 +21,8 @@ umask (``make_log_dir``, ``private_opener``; docs/decision-log.md, "Who can read
 Records (schema 2; the full field list is in docs/decision-log.md): ``decision``, ``outcome`` and
 ``feedback``, each with ``schema``, ``type``, ``call_id`` and ``ts``.  Schema 2 adds ``deployment_id``
 to outcomes (the deployment whose attempt the outcome is); readers take schema 1 and 2 records
-(``READ_SCHEMAS``) and skip lines that do not parse (a process killed mid-write leaves at most its
-last line half-written).
+(``READ_SCHEMAS``), skip a file's last line when it is cut off (a process killed mid-write leaves at
+most its last line half-written) and refuse any other line they cannot read, naming ``file:line``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -839,24 +839,42 @@ def _file_order(path: Path) -> tuple:
 
 
 def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
-    """Every well-formed record of every file, file by file; lines that do not parse as a record of a
-    schema in ``READ_SCHEMAS`` (a half-written last line) are skipped."""
+    """Every record of every file, file by file.  A file's last line that has no newline and does not
+    parse (a writer killed mid-line) is skipped with a warning naming ``file:line``; any other line
+    that is not a JSON object of a schema in ``READ_SCHEMAS`` and a type in ``RECORD_TYPES`` is a
+    ValueError naming ``file:line`` (the trainer's reader refuses the same lines)."""
     for path in log_files(directory):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
+        with open(path, "rb") as handle:
+            for lineno, raw in enumerate(handle, 1):
+                if not raw.strip():
                     continue
-                if isinstance(record, dict) and record.get("schema") in READ_SCHEMAS and record.get("type") in RECORD_TYPES:
-                    yield record
+                where = f"{path}:{lineno}"
+                try:
+                    record = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+                except ValueError as exc:  # UnicodeDecodeError included
+                    if not raw.endswith(b"\n"):  # only the last line can lack its newline
+                        logger.warning("PROTEUS decision log: %s: skipped the last line: it has no newline at its end "
+                                       "and does not parse, as a writer stopped mid-line leaves it", where)
+                        break
+                    raise ValueError(f"{where}: not a JSON record ({exc}); only a file's last line, cut off by a "
+                                     "writer stopped mid-line, is skipped") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{where}: each line must be a JSON object (one record); got a "
+                                     f"{type(record).__name__}")
+                if record.get("schema") not in READ_SCHEMAS:
+                    raise ValueError(f"{where}: field 'schema' is {short_repr(record.get('schema'))}; supported: "
+                                     f"{', '.join(map(str, READ_SCHEMAS))}")
+                if record.get("type") not in RECORD_TYPES:
+                    raise ValueError(f"{where}: field 'type' is {short_repr(record.get('type'))}; allowed: "
+                                     f"{list(RECORD_TYPES)}")
+                yield record
 
 
 def supersedes(record: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:
     """Whether ``record`` replaces ``previous`` as its call's record of the same type (decision,
     outcome or feedback): the latest by ``ts`` wins; of two with the same ``ts``, the one read later
-    (files in time order, lines in file order).  ``join_log`` and the trainer's decision-log loader
-    (``train/data/decision_log.py``) both keep records by this rule.  A call id is its first key's,
+    (files in time order, lines in file order).  ``call_requests`` orders a call's records by this
+    rule, for ``join_log`` and the trainer's decision-log loader alike.  A call id is its first key's,
     as in the feedback index: a decision of another key under it (a client-chosen
     ``x-litellm-call-id`` used twice) replaces none of that key's, and its feedback is refused."""
     if previous is None:
@@ -918,36 +936,137 @@ def pick_outcomes(picks: Sequence[Mapping[str, Any]], outcomes: Mapping[str, Seq
     return paired
 
 
+@dataclass
+class CallRequest:
+    """One request under a call id: its decisions in time order (a retry decides again), and the
+    outcomes and feedback records logged while it was its call's latest request (``call_requests``)."""
+
+    decisions: list[Mapping[str, Any]]
+    number: int = 1  # its place among its call id's requests (1: the first); 0: another key's (``owned`` False)
+    outcomes: list[Mapping[str, Any]] = field(default_factory=list)
+    feedback: list[Mapping[str, Any]] = field(default_factory=list)
+
+    @property
+    def owned(self) -> bool:
+        """False for decisions of another key under a call id its first key owns: no row, no feedback."""
+        return self.number > 0
+
+    @property
+    def decision(self) -> Mapping[str, Any]:
+        """The request's latest decision (``supersedes``)."""
+        return self.decisions[-1]
+
+    @property
+    def call_id(self) -> str:
+        return str(self.decision["call_id"])
+
+    @property
+    def sample_id(self) -> str:
+        """The call id, with ``#<n>`` for the n-th request that reused it (n >= 2): unique per request."""
+        return self.call_id if self.number <= 1 else f"{self.call_id}#{self.number}"
+
+    @property
+    def latest_feedback(self) -> Mapping[str, Any] | None:
+        return self.feedback[-1] if self.feedback else None
+
+
+@dataclass
+class CallRequests:
+    requests: list[CallRequest]  # owned requests and other keys' decisions, by call id, in time order
+    reused: int = 0  # call ids that distinct requests of their key reused
+    foreign: int = 0  # decisions of another key under a call id its first key owns
+
+    def warning(self) -> str | None:
+        parts = []
+        if self.reused:
+            parts.append(f"{self.reused} call id(s) were reused by distinct requests (another prompt, or a decision "
+                         "after the call's feedback): each request is a row of its own, with the outcomes and "
+                         "feedback logged while it was its call's latest request")
+        if self.foreign:
+            parts.append(f"{self.foreign} decision(s) of another key under a call id its first key owns are left out "
+                         "(their feedback is refused)")
+        return "; ".join(parts) or None
+
+
+def _prompt_identity(decision: Mapping[str, Any]) -> Any:
+    return decision.get("prompt_sha256", decision.get("prompt"))
+
+
+def call_requests(records: Iterable[Mapping[str, Any]]) -> CallRequests:
+    """The log's records as requests: the rule every reader joins by (``join_records`` here, the
+    trainer's ``train/data/decision_log.py``, ``proteus feedback --log``).
+
+    A call id's records are taken in time order (``ts``, ties in the order read: ``supersedes``).
+    Its first key owns it (as in the feedback index): a decision of another key starts or continues a
+    request that takes no feedback.  A decision of the owner continues the call's latest request (a
+    retry decides again) unless it routes another prompt (``prompt_sha256``) or that request already
+    has feedback (a retry never follows it): then it starts a request of its own, as a client reusing
+    ``x-litellm-call-id`` does.  An outcome belongs to the latest request at or before it whose
+    decisions chose its deployment (``outcome_of``), else to the latest; feedback to the owner's
+    latest request at or before it.  Records before any decision of their call id are left out."""
+    by_call: dict[str, list[tuple[float, int, Mapping[str, Any]]]] = {}
+    for seq, record in enumerate(records):
+        by_call.setdefault(str(record["call_id"]), []).append((float(record["ts"]), seq, record))
+    out = CallRequests([])
+    for items in by_call.values():
+        items.sort(key=lambda item: item[:2])
+        owner, requests, current, numbered = None, [], None, 0
+        for _, _, record in items:
+            kind = record["type"]
+            if kind == "decision":
+                key = record.get("key_hash")
+                owner = owner or key
+                if key and owner != key:
+                    out.foreign += 1
+                    last = requests[-1] if requests else None
+                    if (last is not None and not last.owned and last.decision.get("key_hash") == key
+                            and _prompt_identity(last.decision) == _prompt_identity(record)):
+                        last.decisions.append(record)
+                    else:
+                        requests.append(CallRequest([record], number=0))
+                    continue
+                if current is not None and not current.feedback and \
+                        _prompt_identity(current.decision) == _prompt_identity(record):
+                    current.decisions.append(record)
+                    continue
+                numbered += 1
+                current = CallRequest([record], number=numbered)
+                requests.append(current)
+            elif kind == "outcome":
+                mine = next((r for r in reversed(requests) if any(outcome_of(d, record) for d in r.decisions)), None)
+                mine = mine or (requests[-1] if requests else None)
+                if mine is not None:
+                    mine.outcomes.append(record)
+            elif current is not None:
+                current.feedback.append(record)
+        out.reused += numbered > 1
+        out.requests.extend(requests)
+    return out
+
+
 def join_log(directory: str | Path, every_pick: bool = False) -> list[LoggedDecision]:
     """``join_records`` of the log's files."""
     return join_records(iter_records(directory), every_pick)
 
 
 def join_records(records: Iterable[Mapping[str, Any]], every_pick: bool = False) -> list[LoggedDecision]:
-    """Each call's latest decision (a retry decides again) with the latest outcome of its pick
+    """Each request's latest decision (a retry decides again) with the latest outcome of its pick
     (``latest_outcome``: a pick that failed keeps its failure when a fallback group answered after
-    it) and the latest feedback, in decision time order.  Outcomes and feedback without a decision
-    are left out.  ``every_pick``: every decision instead, each with its own pick's outcome (a retried
-    call's failed attempts included) and without feedback, which labels a call's answer only."""
-    latest: dict[str, dict[str, Any]] = {}
-    picks: list[dict[str, Any]] = []
-    outcomes: dict[str, list[dict[str, Any]]] = {}
-    feedback: dict[str, dict[str, Any]] = {}
-    for record in records:
-        call_id = record["call_id"]
-        if record["type"] == "outcome":
-            outcomes.setdefault(call_id, []).append(record)
-            continue
-        if record["type"] == "decision":
-            picks.append(record)
-        table = latest if record["type"] == "decision" else feedback
-        if supersedes(record, table.get(call_id)):
-            table[call_id] = record
-    if every_pick:
-        joined = [LoggedDecision(d, outcome) for d, outcome in pick_outcomes(picks, outcomes)]
-    else:
-        joined = [
-            LoggedDecision(d, latest_outcome(d, outcomes.get(call_id, [])), feedback[call_id]["score"] if call_id in feedback else None)
-            for call_id, d in latest.items()
-        ]
+    it) and its latest feedback, in decision time order; requests as ``call_requests`` reads them (a
+    call id distinct requests reused is a row per request, with a warning that counts them).
+    Outcomes and feedback without a decision are left out.  ``every_pick``: every decision instead,
+    each with its own pick's outcome (a retried call's failed attempts included) and without
+    feedback, which labels a call's answer only."""
+    grouped = call_requests(records)
+    warning = grouped.warning()
+    if warning and not every_pick:  # once per report: compliance joins the same records both ways
+        logger.warning("PROTEUS decision log: %s", warning)
+    joined = []
+    for request in grouped.requests:
+        if every_pick:
+            joined += [LoggedDecision(d, o) for d, o in pick_outcomes(request.decisions, {request.call_id: request.outcomes})]
+        elif request.owned:
+            feedback = request.latest_feedback
+            joined.append(LoggedDecision(request.decision, latest_outcome(request.decision, request.outcomes),
+                                         None if feedback is None else feedback["score"]))
     return sorted(joined, key=lambda row: float(row.decision["ts"]))

@@ -58,6 +58,7 @@ from .decision_log import (
     index_key,
     outcome_summary,
     feedback_record,
+    call_requests,
     iter_records,
     latest_outcome,
     log_file_name,
@@ -373,20 +374,15 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
     """Offline feedback: the decision must be in the log at ``directory``; the feedback record goes
     into a file of its own there (the proxy's controller does not see it: use ``url`` for that)."""
     score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
-    decision = None
-    outcomes = []
-    for record in iter_records(directory):
-        if record["call_id"] != call_id:
-            continue
-        if record["type"] == "decision":
-            decision = record
-        elif record["type"] == "outcome":
-            outcomes.append(record)
-        elif record["type"] == "feedback":
-            raise FeedbackError(f"call_id {call_id!r} already has feedback in {directory}", 409, "call_id")
-    if decision is None:
+    # the score labels the call's latest request (call_requests: a reused call id is a request per prompt)
+    owned = [r for r in call_requests(r for r in iter_records(directory) if r["call_id"] == call_id).requests if r.owned]
+    if not owned:
         raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it in {directory}", 404, "call_id")
-    outcome = latest_outcome(decision, outcomes)
+    request = max(owned, key=lambda r: r.number)
+    if request.feedback:
+        raise FeedbackError(f"call_id {call_id!r} already has feedback in {directory}", 409, "call_id")
+    decision = request.decision
+    outcome = latest_outcome(decision, request.outcomes)
     if outcome is not None:
         refuse_unanswered(call_id, decision, dict(outcome))
     now = time.time()

@@ -90,10 +90,12 @@ def eligible_calls(log_dir: Path) -> list[tuple[str, str, str]]:
     if not decisions:
         raise ValueError(f"--log {log_dir}: no decision records in its decisions-*.jsonl files (is it a decision_log.dir?)")
     out = []
+    latest = {d["call_id"]: d["sample_id"] for d in decisions}  # a score sent now labels its call's latest request
     for d in decisions:
-        outcome = outcomes.get(d["call_id"], {})
+        outcome = outcomes.get(d["sample_id"], {})
         response = None if outcome.get("client_disconnected") else outcome.get("response")  # a part is no answer to judge
-        if isinstance(d.get("prompt"), str) and isinstance(response, str) and d["call_id"] not in feedback:
+        if isinstance(d.get("prompt"), str) and isinstance(response, str) and d["sample_id"] not in feedback \
+                and latest[d["call_id"]] == d["sample_id"]:
             out.append((d["call_id"], d["prompt"], response))
     if not out:
         has_response = any(isinstance(o.get("response"), str) for o in outcomes.values())

@@ -554,3 +554,85 @@ def test_rotating_files_refuse_a_line_over_max_bytes(tmp_path):
     files.close()
     [path] = tmp_path.glob("shadow-*.jsonl")
     assert path.read_text() == '{"a":1}\n{"c":3}\n'
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("{not json", r":2: not a JSON record"),
+    ("42", r":2: each line must be a JSON object"),
+    (json.dumps({**make_decision("future"), "schema": 3}), r":2: field 'schema' is 3; supported: 1, 2"),
+    (json.dumps({**make_decision("odd"), "type": "verdict"}), r":2: field 'type' is 'verdict'"),
+])
+def test_a_line_readers_cannot_read_is_an_error_naming_its_file_and_line(tmp_path, line, error):
+    """Only a torn last line is skipped: a bad line elsewhere (or a complete last line) is refused, as
+    ``proteus train`` refuses it, by ``compliance`` and ``feedback --log`` alike."""
+    from litellm_proteus.feedback import append_to_log_dir
+
+    directory = tmp_path / "log"
+    directory.mkdir()
+    path = directory / "decisions-20260101T000000-1-0.jsonl"
+    for text in (f"{json.dumps(make_decision('a'))}\n{line}\n{json.dumps(make_decision('b'))}\n",
+                 f"{json.dumps(make_decision('a'))}\n{line}\n"):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=rf"decisions-20260101T000000-1-0\.jsonl{error}"):
+            join_log(directory)
+        with pytest.raises(ValueError, match=rf"decisions-20260101T000000-1-0\.jsonl{error}"):
+            append_to_log_dir(directory, "a", 1.0, "cli")
+    assert log_files(directory) == [path]  # nothing written
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    directory = tmp_path / "log"
+    directory.mkdir()
+    path = directory / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text(f"{json.dumps(make_decision('a'))}\n\n{json.dumps(make_decision('b'))[:40]}")
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.decision_log"):
+        assert [r["call_id"] for r in iter_records(directory)] == ["a"]
+    assert "decisions-20260101T000000-1-0.jsonl:3: skipped the last line" in caplog.text
+
+
+def test_a_call_id_reused_by_another_request_keeps_each_request_with_its_own_outcome_and_feedback(tmp_path, caplog):
+    """A client sending x-litellm-call-id: fixed-id-1 twice: feedback sent for the first request labels
+    it, not the later decision about another prompt; a retry (same prompt, before any feedback) is
+    still the same request."""
+    haiku = {**make_decision("fixed-id-1", ts=10.0), "prompt_sha256": prompt_sha256("Write a haiku")}
+    retry = {**haiku, "ts": 12.0}
+    france = {**make_decision("fixed-id-1", ts=20.0), "chosen": 0,
+              "prompt_sha256": prompt_sha256("What is the capital of France?")}
+    again = {**france, "ts": 30.0}  # the same prompt again, after the call's feedback: another request
+    directory = tmp_path / "log"
+    directory.mkdir()
+    records = [
+        haiku, outcome_record(call_id="fixed-id-1", deployment_id="d2", success=False, response_cost=None,
+                              latency_ms=1.0, error="boom", ts=11.0),
+        retry, outcome_record(call_id="fixed-id-1", deployment_id="d2", success=True, response_cost=0.002,
+                              latency_ms=7.0, error=None, ts=13.0),
+        feedback_record("fixed-id-1", 0.0, "cli", ts=14.0),
+        france, outcome_record(call_id="fixed-id-1", deployment_id="d1", success=True, response_cost=0.001,
+                               latency_ms=2.0, error=None, ts=21.0),
+        feedback_record("fixed-id-1", 1.0, "cli", ts=22.0),
+        again,
+    ]
+    (directory / "decisions-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.decision_log"):
+        rows = join_log(directory)
+    assert "1 call id(s) were reused by distinct requests" in caplog.text
+    assert [(r.decision["ts"], r.feedback) for r in rows] == [(12.0, 0.0), (20.0, 1.0), (30.0, None)]
+    assert [r.outcome["response_cost"] if r.outcome else None for r in rows] == [0.002, 0.001, None]
+    picks = join_log(directory, every_pick=True)
+    assert [(p.decision["ts"], p.outcome["success"] if p.outcome else None) for p in picks] == [
+        (10.0, False), (12.0, True), (20.0, True), (30.0, None)]
+
+
+def test_feedback_log_scores_the_latest_request_of_a_reused_call_id(tmp_path):
+    from litellm_proteus.feedback import FeedbackError, append_to_log_dir
+
+    directory = tmp_path / "log"
+    directory.mkdir()
+    haiku = {**make_decision("fixed-id-1", ts=10.0), "prompt_sha256": prompt_sha256("Write a haiku")}
+    france = {**make_decision("fixed-id-1", ts=20.0), "prompt_sha256": prompt_sha256("What is the capital of France?")}
+    records = [haiku, feedback_record("fixed-id-1", 0.0, "cli", ts=11.0), france]
+    (directory / "decisions-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert append_to_log_dir(directory, "fixed-id-1", 1.0, "cli")["ts"] == 20.0  # not a 409: France has none
+    with pytest.raises(FeedbackError, match="already has feedback"):
+        append_to_log_dir(directory, "fixed-id-1", 1.0, "cli")
+    assert [(r.decision["ts"], r.feedback) for r in join_log(directory)] == [(10.0, 0.0), (20.0, 1.0)]

@@ -147,7 +147,9 @@ def _record(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
-    records = []
+    """The file's records as rows; ``frame.attrs["lines"]`` holds each row's line number in the file
+    (blank lines are skipped, so row numbers are not line numbers)."""
+    records, lines = [], []
     with path.open("rb") as handle:
         for lineno, raw in enumerate(handle, 1):
             torn = not raw.endswith(b"\n")  # only the last line can lack its newline
@@ -168,11 +170,17 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
                     _warn_torn(path, lineno, f"is not valid JSON ({exc.msg})")
                     break
                 raise ValueError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{lineno}: each line must be a JSON object (one record); got a "
+                                 f"{type(record).__name__}: {line.strip()[:80]}")
             if isinstance(record, _Record) and record.repeated:
                 raise ValueError(f"{path}:{lineno}: duplicate key(s) {record.repeated} in one record; each column "
                                  "name must appear once")
             records.append(record)
-    return pd.DataFrame.from_records(records)
+            lines.append(lineno)
+    frame = pd.DataFrame.from_records(records)
+    frame.attrs["lines"] = lines
+    return frame
 
 
 def _warn_torn(path: Path, lineno: int, what: str) -> None:

@@ -23,8 +23,10 @@ Per row of the resulting log:
   artifact missed every floor on the test split); no test part (``proteus eval --log`` judges an
   artifact on a log it never trained on).
 
-Slots: the ``slot`` index and ``model`` name of each candidate; the log's model list is every slot
-seen, by slot index (``--init`` re-orders them to the initial artifact's slots).
+Slots: the ``slot`` index and ``model`` name of each candidate.  A model is known by its name across
+records (an artifact promotion may re-order the slots); within one decision a slot index names one
+model.  The log's model list is every model seen, by the slot it first holds (``--init`` re-orders
+them to the initial artifact's slots).
 
 Shadow rows (``litellm_proteus.shadow_rows``: wide-format JSONL with a ``shadow_of`` column, written
 beside the decision log by the proxy's shadow evaluation) are read with it as *full-information*
@@ -45,7 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from litellm_proteus.decision_log import READ_SCHEMAS, latest_outcome, supersedes
+from litellm_proteus.decision_log import READ_SCHEMAS, call_requests, latest_outcome
 from litellm_proteus.shadow_rows import SHADOW_OF
 
 from .common import LoadOptions, RoutingLogWarning, Table, concat_logs, estimate_tokens, numeric_column
@@ -67,9 +69,10 @@ def is_shadow(frame: pd.DataFrame) -> bool:
 
 def _records(tables: Iterable[Table]) -> Iterable[tuple[str, dict[str, Any]]]:
     for table in tables:
-        for lineno, record in enumerate(table.frame.to_dict("records"), 1):
+        lines = table.frame.attrs.get("lines")  # the file's line numbers (JSONL); else rows count from 1
+        for row, record in enumerate(table.frame.to_dict("records")):
             record = {k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}
-            where = f"{table.path}:{lineno}"
+            where = f"{table.path}:{lines[row] if lines and len(lines) == len(table.frame) else row + 1}"
             if record.get("schema") not in READ_SCHEMAS:
                 raise ValueError(f"{where}: field 'schema' is {record.get('schema')!r}; supported: "
                                  f"{', '.join(map(str, READ_SCHEMAS))}")
@@ -147,56 +150,71 @@ def _decision_fields(where: str, call_id: str, record: Mapping[str, Any]) -> tup
 
 
 def join(tables: Iterable[Table]) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, tuple[float, float, str]]]:
-    """Decisions (in ``ts`` order), each decision's outcome by call_id and each call's feedback (ts,
-    score, source).
+    """Decisions (in ``ts`` order), each decision's outcome and each decision's feedback (ts, score,
+    source), both keyed by the decision's ``sample_id``.
 
-    Of several decisions or feedback records of a call (a retry decides again, feedback sent twice)
-    the latest by ``ts`` is kept, a tie going to the one read later: the rule of the proxy's own
-    reader, ``litellm_proteus.decision_log.supersedes``.  A call's outcome is the latest outcome of
-    its kept decision's pick (``latest_outcome``: a retried call has one per attempt, and a fallback
-    group's answer is none of the pick's)."""
-    decisions: dict[str, dict[str, Any]] = {}
-    outcomes: dict[str, list[dict[str, Any]]] = {}
-    feedback: dict[str, dict[str, Any]] = {}
+    Records are joined into requests by the proxy's own reader's rule
+    (``litellm_proteus.decision_log.call_requests``): one row per request, its latest decision (a
+    retry decides again; of equal ``ts`` the one read later), the latest outcome of that decision's
+    pick (``latest_outcome``: a retried call has one per attempt, and a fallback group's answer is
+    none of the pick's) and the latest feedback sent while it was its call's latest request.  A call
+    id that distinct requests reused gives a row per request (``sample_id`` ``<call_id>#<n>`` for the
+    n-th), with a warning that counts them."""
+    tables, records = list(tables), []
     for where, record in _records(tables):
         call_id = str(record.get("call_id", ""))
         if not call_id:
             raise ValueError(f"{where}: field 'call_id' is missing or empty")
         kind = record["type"]
-        record = {**record, "ts": _ts(where, call_id, record), "where": where}
+        record = {**record, "call_id": call_id, "ts": _ts(where, call_id, record), "where": where}
         if kind == "decision":
             candidates, chosen, propensity = _decision_fields(where, call_id, record)
             record.update(candidates=candidates, chosen=chosen, propensity=propensity)
-            table = decisions
         elif kind == "outcome":
             if record.get("response_cost") is not None:
                 record["response_cost"] = _cost(where, call_id, "response_cost", record["response_cost"])
-            outcomes.setdefault(call_id, []).append(record)
-            continue
         else:
             score = _number(where, call_id, record, "score", math.nan)
             if not 0 <= score <= 1:
                 raise ValueError(f"{where}: call_id {call_id!r}: field 'score' must be a number in [0, 1]; "
                                  f"got {record.get('score')!r}")
             record["score"] = score
-            table = feedback
-        if supersedes(record, table.get(call_id)):
-            table[call_id] = record
-    rows = sorted(decisions.values(), key=lambda d: (d["ts"], d["call_id"]))
-    paired = {call_id: latest_outcome(d, outcomes.get(call_id, [])) for call_id, d in decisions.items()}
-    labels = {call_id: (f["ts"], f["score"], str(f.get("source", ""))) for call_id, f in feedback.items()}
-    return rows, {call_id: dict(o) for call_id, o in paired.items() if o is not None}, labels
+        records.append(record)
+    grouped = call_requests(records)
+    warning = grouped.warning()
+    if warning:
+        where = ", ".join(str(t.path) for t in tables[:3])
+        warnings.warn(f"decision log ({where}): {warning}", RoutingLogWarning, stacklevel=3)
+    rows, outcomes, labels = [], {}, {}
+    for request in grouped.requests:
+        if not request.owned:
+            continue
+        row = {**request.decision, "sample_id": request.sample_id}
+        rows.append(row)
+        outcome = latest_outcome(request.decision, request.outcomes)
+        if outcome is not None:
+            outcomes[row["sample_id"]] = dict(outcome)
+        if request.latest_feedback is not None:
+            f = request.latest_feedback
+            labels[row["sample_id"]] = (f["ts"], f["score"], str(f.get("source", "")))
+    rows.sort(key=lambda d: (d["ts"], d["sample_id"]))
+    return rows, outcomes, labels
 
 
 def _slots(rows: list[dict[str, Any]]) -> list[str]:
-    names: dict[int, str] = {}
+    """The log's models, by the slot each first holds (then first seen).  Rows join candidates by model
+    name, so a log spanning an artifact promotion that re-ordered the slots is one log; only a record
+    naming one slot index for two models is refused."""
+    first: dict[str, tuple[int, int]] = {}
     for row in rows:
+        names: dict[int, str] = {}
         for cand in row["candidates"]:
             slot, model = cand["slot"], cand["model"]
             if names.setdefault(slot, model) != model:
-                raise ValueError(f"{row['where']}: slot {slot} is named {model!r} here and {names[slot]!r} elsewhere "
-                                 "(one decision log per artifact slot layout)")
-    return [names[s] for s in sorted(names)]
+                raise ValueError(f"{row['where']}: call_id {row['call_id']!r}: slot {slot} is named both "
+                                 f"{names[slot]!r} and {model!r} in one decision")
+            first.setdefault(model, (slot, len(first)))
+    return sorted(first, key=first.__getitem__)
 
 
 def prompt_fraction(prompt: str) -> float:
@@ -290,11 +308,11 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
             costs[i, index[cand["model"]]] = cand["cost_usd"]
         slot = index[row["candidates"][row["chosen"]]["model"]]
         chosen[i], propensity[i] = slot, row["propensity"]
-        outcome = outcomes.get(row["call_id"], {})
+        outcome = outcomes.get(row["sample_id"], {})
         if outcome.get("response_cost") is not None:
             costs[i, slot] = outcome["response_cost"]
-        if row["call_id"] in feedback and outcome.get("success") is not False:  # a failed pick's call: not its label
-            scores[i, slot] = feedback[row["call_id"]][1]
+        if row["sample_id"] in feedback and outcome.get("success") is not False:  # a failed pick's call: not its label
+            scores[i, slot] = feedback[row["sample_id"]][1]
     prompts = [r["prompt"] for r in rows]
     split = prompt_split(prompts)
     ts = [r["ts"] for r in rows]
@@ -305,20 +323,20 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         "last_decision_utc": _utc(max(ts)),
         "n_decisions": n,
         "n_prompt_truncated_dropped": truncated,
-        "n_outcomes": sum(1 for r in rows if r["call_id"] in outcomes),
+        "n_outcomes": sum(1 for r in rows if r["sample_id"] in outcomes),
         "n_labelled": int(labelled.sum()),
         "label_share": round(float(labelled.mean()), 6),
         # propensity < 1: exploration could have moved the decision (the record does not say whether it did)
         "n_exploration_on": int((propensity < 1).sum()),
         "labels_per_model": {m: int(labelled[chosen == j].sum()) for j, m in enumerate(models)},
-        "feedback_sources": dict(sorted(Counter(feedback[r["call_id"]][2] for i, r in enumerate(rows) if labelled[i]).items())),
+        "feedback_sources": dict(sorted(Counter(feedback[r["sample_id"]][2] for i, r in enumerate(rows) if labelled[i]).items())),
         "artifacts": sorted({str(r.get("artifact", "")) for r in rows}),
         "split_method": f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val",
     }
     return RoutingLog(
         prompts=prompts, scores=scores, costs=costs, models=models,
         task=[str(r.get("tier") or "") for r in rows], split=split,
-        sample_ids=[r["call_id"] for r in rows], input_tokens=estimate_tokens(prompts), source=FORMAT,
+        sample_ids=[r["sample_id"] for r in rows], input_tokens=estimate_tokens(prompts), source=FORMAT,
         paths=[t.path.as_posix() for t in tables], split_method=provenance["split_method"],
         propensity=propensity, logged_choice=chosen, provenance=provenance,
         logged_tau=np.array([float(r.get("tau_effective", math.nan)) for r in rows]),

@@ -224,3 +224,19 @@ def test_a_stream_its_client_left_mid_way_is_not_judged(tmp_path, judge_upstream
     assert summary["eligible"] == 4  # c5 already has feedback, c0 is a part
     judged = [json.loads(line)["call_id"] for f in tmp_path.glob("*-judge.jsonl") for line in f.read_text().splitlines()]
     assert "c0" not in judged and judged
+
+
+def test_a_reused_call_id_is_judged_once_for_its_latest_request(tmp_path):
+    """A score sent now labels the call's latest request: only that request's prompt and answer are judged."""
+    from proteus_train.judge import eligible_calls
+
+    write_log(tmp_path, n=2)
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    again = [{"schema": 1, "type": "decision", "call_id": "c0", "ts": 7.0, "tier": "standard",
+              "candidates": [{"deployment_id": "a", "slot": 0, "model": "big", "cost_usd": 0.01, "p": 0.9}],
+              "chosen": 0, "propensity": 1.0, "prompt": "another question", "tau_effective": 0.8},
+             {"schema": 1, "type": "outcome", "call_id": "c0", "ts": 7.5, "success": True, "response": "another answer"}]
+    path.write_text(path.read_text() + "".join(json.dumps(r) + "\n" for r in again))
+    with pytest.warns(UserWarning, match="reused"):
+        calls = eligible_calls(tmp_path)
+    assert sorted(calls) == [("c0", "another question", "another answer"), ("c1", "question 1", "answer 1")]

@@ -260,3 +260,68 @@ def test_a_log_whose_labels_leave_too_few_validation_rows_is_refused_before_ppo(
     err = capsys.readouterr().err
     assert "its calibration rows hold 16 validation rows, fewer than the 20 a lower bound on accuracy needs, from 100 labelled decisions" in err
     assert not (tmp_path / "art").exists()
+
+
+def test_a_line_that_is_json_but_not_an_object_is_an_error_naming_its_line(tmp_path):
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text(json.dumps(decision("a", 1.0, 0)) + "\n42\n" + json.dumps(feedback("a", 2.0, 1.0)) + "\n")
+    with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:2: each line must be a JSON object"):
+        load_logs(path)
+
+
+def test_errors_name_the_files_line_after_blank_lines(tmp_path):
+    bad = decision("b", 2.0, 0)
+    del bad["candidates"][1]["slot"]
+    path = tmp_path / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text("\n".join([json.dumps(decision("a", 1.0, 0)), "", "  ", json.dumps(bad)]) + "\n")
+    with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:4: call_id 'b': field 'candidates\[1\]\.slot' is missing"):
+        load_logs(path)
+
+
+def test_a_log_spanning_a_promotion_that_reordered_the_slots_joins_candidates_by_model_name(tmp_path):
+    before = [decision(f"a{i}", 1.0 + i, i % 3, prompt=f"p{i}") for i in range(3)]
+    after = [decision(f"b{i}", 10.0 + i, i % 3, prompt=f"q{i}") for i in range(3)]
+    for record in after:  # the promoted artifact holds the models in the opposite slot order
+        record["candidates"] = [{**c, "slot": 2 - c["slot"]} for c in record["candidates"]]
+    labels = [feedback(r["call_id"], 20.0, 1.0 if r["call_id"].startswith("a") else 0.5) for r in before + after]
+    write(tmp_path / "decisions-20260101T000000-1-0.jsonl", before)
+    write(tmp_path / "decisions-20260101T010000-2-0.jsonl", after + labels)
+    log = load_logs(tmp_path)
+    assert log.models == SLOTS
+    for call_id, record in ((r["call_id"], r) for r in before + after):
+        row = log.sample_ids.index(call_id)
+        model = record["candidates"][record["chosen"]]["model"]
+        assert log.models[log.logged_choice[row]] == model
+        assert log.scores[row, SLOTS.index(model)] == (1.0 if call_id.startswith("a") else 0.5)
+        assert log.costs[row].tolist() == pytest.approx([c["cost_usd"] for c in sorted(record["candidates"], key=lambda c: SLOTS.index(c["model"]))])
+
+
+def test_one_decision_naming_one_slot_for_two_models_is_refused(tmp_path):
+    bad = decision("x", 2.0, 0)
+    bad["candidates"][1]["slot"] = 0
+    write(tmp_path / "decisions-20260101T000000-1-0.jsonl", [decision("a", 1.0, 0), bad, feedback("a", 3.0, 1.0)])
+    with pytest.raises(ValueError, match=r"decisions-20260101T000000-1-0\.jsonl:2: call_id 'x': slot 0 is named both "
+                                         r"'big' and 'mid' in one decision"):
+        load_logs(tmp_path)
+
+
+def test_a_call_id_reused_for_another_prompt_labels_each_request_with_its_own_feedback(tmp_path):
+    """`x-litellm-call-id: fixed-id-1` sent with two prompts: the feedback sent for the first labels
+    the first (not the decision logged after it), each request is a row, and the proxy's reader agrees."""
+    from litellm_proteus.decision_log import join_log
+
+    haiku = {**decision("fixed-id-1", 1.0, 0, prompt="Write a haiku"), "prompt_sha256": "haiku"}
+    france = {**decision("fixed-id-1", 3.0, 1, prompt="What is the capital of France?"), "prompt_sha256": "france"}
+    records = [haiku, feedback("fixed-id-1", 2.0, 0.0), france]
+    path = write(tmp_path / "decisions-20260101T000000-1-0.jsonl", records)
+    with pytest.warns(RoutingLogWarning, match=r"1 call id\(s\) were reused by distinct requests"):
+        log = load_logs(path)
+    assert log.sample_ids == ["fixed-id-1"] and log.prompts == ["Write a haiku"]
+    assert log.logged_choice.tolist() == [0] and log.scores[0, 0] == 0.0
+    write(path, records + [feedback("fixed-id-1", 4.0, 1.0)])
+    with pytest.warns(RoutingLogWarning, match="reused"):
+        log = load_logs(path)
+    assert log.sample_ids == ["fixed-id-1", "fixed-id-1#2"] and log.prompts == ["Write a haiku", "What is the capital of France?"]
+    assert [log.scores[i, log.logged_choice[i]] for i in range(2)] == [0.0, 1.0]
+    assert [(r.decision["prompt"], r.feedback) for r in join_log(tmp_path)] == [
+        ("Write a haiku", 0.0), ("What is the capital of France?", 1.0)]
