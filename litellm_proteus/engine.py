@@ -224,7 +224,7 @@ class DecisionEngine:
         for c in scored:
             if c.price_ratio is not None and not 1 / PRICE_DRIFT <= c.price_ratio <= upper:
                 name = f"{c.deployment.get('model_name')}/{self.slots[c.slot]} (id {deployment_id(c.deployment)})"
-                drift.ratios[name] = round(c.price_ratio, 3)
+                drift.ratios[name] = float(f"{c.price_ratio:.3g}")  # significant digits: a tiny ratio never reads 0.0
                 if not self.priced_as_trained(c):
                     drift.past_limit.append(name)
         return drift

@@ -6,11 +6,13 @@ Reads the decision log's files (``decisions-*.jsonl``, the judge's own feedback 
 the ``shadow-*.jsonl`` rows beside them are another format and are left alone) with
 ``train/data/decision_log.py``, takes the calls that have a prompt (``log_prompts: true``) and a
 response (``log_responses: true``) and no feedback yet, samples a share
-of them by a hash of ``call_id`` (re-running with the same ``--seed`` picks the same calls, and a
-call already judged is never judged twice), asks ``MODEL`` through LiteLLM (the SDK; with
+of them by a hash of ``call_id`` (re-running with the same ``--seed`` picks the same calls; a call with
+feedback is never judged again, an unscored one is: see below), asks ``MODEL`` through LiteLLM (the SDK; with
 ``--api-base`` any OpenAI-compatible endpoint, e.g. a LiteLLM proxy group) with the rubric of
 ``litellm_proteus.judge_rubric``, and appends one ``feedback`` record (``source: "judge"``) per scored call to a new log file
-in DIR.  An answer whose score cannot be parsed is counted as unscored, never guessed.  A log
+in DIR.  An answer whose score cannot be parsed is counted as unscored, never guessed; no record is
+written for it (a feedback record holds a score), so a later run judges that call again, and pays
+for it again (``run`` warns).  A log
 whose outcome records carry no response (or whose decisions carry no prompt) is an error (exit 2)
 naming the proxy setting that logs them.
 
@@ -69,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
               "Judge through a LiteLLM proxy that reports the cost, name a model LiteLLM prices, or drop --budget-usd",
               file=sys.stderr)
         return 2
+    if summary["unscored"]:
+        # The log has no record for "judged, no score" (a feedback record needs a score in [0, 1]), and
+        # a later run may score it (a larger --max-tokens, another judge): such calls stay eligible.
+        print(f"warning: {summary['unscored']} judge answer(s) had no parsable SCORE line (unscored; e.g. cut off by "
+              f"--max-tokens {args.max_tokens}): no feedback is written for them, so a later run with the same --seed "
+              "judges them again and pays for them again", file=sys.stderr)
     return 0
 
 

@@ -189,6 +189,25 @@ def check_out_dir(out_dir: str | os.PathLike) -> None:
             return
 
 
+def check_split_sizes(sizes: dict[str, int], batch_size: int) -> None:
+    """Refuse, before any encoding, a log whose parts cannot train.  A PPO batch is ``batch_size``
+    distinct training rows.  A log with fewer is an error rather than a batch clipped to the rows:
+    clipping would silently change the optimisation the flags asked for (every batch the same rows,
+    so the dual update's batch accuracy stops being a sample), and an operator who wants that can
+    say so with --batch-size."""
+    if sizes["train"] < 10 or sizes["val"] < 5:
+        raise ValueError(
+            f"too little data after splitting: {sizes} rows; training needs at least "
+            "10 train and 5 validation rows (some 50+ rows with the default split; thousands to route well)"
+        )
+    if sizes["train"] < batch_size:
+        raise ValueError(
+            f"--batch-size {batch_size} is more than the {sizes['train']} training rows of this log "
+            f"(split {sizes}): each PPO batch draws --batch-size distinct training rows. Pass --batch-size "
+            f"{sizes['train']} or less, or train on a larger log (thousands of rows to route well)"
+        )
+
+
 def train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     check_out_dir(out_dir)
     threads = torch.get_num_threads()
@@ -207,6 +226,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     generator = torch.Generator().manual_seed(config.seed)
     data = load_training_data(config)
     parts = {name: np.flatnonzero(data.split == name) for name in ("train", "val", "test")}
+    check_split_sizes({k: len(v) for k, v in parts.items()}, config.batch_size)
     static_dir = None
     init_model, init_manifest = load_artifact(config.init) if config.init else (None, None)
     if init_manifest is not None:  # the initial artifact's encoder, exactly
@@ -224,11 +244,6 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     embeddings = encoder.encode(data.prompts, progress=config.progress)
     timings = {"encode_s": time.perf_counter() - started}
     torch.set_num_threads(1)
-    if len(parts["train"]) < 10 or len(parts["val"]) < 5:
-        raise ValueError(
-            f"too little data after splitting: {({k: len(v) for k, v in parts.items()})} rows; training needs at least "
-            "10 train and 5 validation rows (some 50+ rows with the default split; thousands to route well)"
-        )
     train_idx, val_idx = parts["train"], parts["val"]
     # Heads, PPO and the operating curves run on config.device (where the encoder ran); the artifact is saved from the CPU.
     device = resolve_device(config.device)

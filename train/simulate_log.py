@@ -7,7 +7,9 @@ exploration (``litellm_proteus.exploration``) may then move it; only the chosen 
 outcome exists, and it is revealed as feedback for ``--label-share`` of the requests, ``--delay-s``
 seconds (uniform 0..delay) after the decision.  On ``--shadow-share`` of the requests every model's
 recorded outcome is revealed as a shadow row (what the proxy's shadow evaluation writes,
-``litellm_proteus.shadow_rows``).  Tiers: the proxy config's (``--config``) or ``--tiers NAME=TAU ...``.
+``litellm_proteus.shadow_rows``).  Tiers: the proxy config's (``--config``, validated by the proxy's
+parser) or ``--tiers NAME=TAU ...``; each tier's requests come from one API key whose metadata names
+it.  Every flag is checked before anything is read or written.
 Output: decision-log JSONL in the proxy's schema (``decisions-<UTC>-<pid>-<n>.jsonl``, ``--rotate`` records per
 file) and shadow rows (``shadow-<UTC>-<pid>-<n>.jsonl``), the files ``proteus train --data DIR`` reads.
 ``--out`` must be empty or new: call ids repeat from run to run (``sim-<seed>-<n>``), so two simulations
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from pathlib import Path
 
@@ -27,28 +30,52 @@ import numpy as np
 import yaml
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+from litellm_proteus.config import CONFIG_PATH, ProteusConfig, ProteusConfigError
 from litellm_proteus.decision_log import (FILE_PREFIX, FILE_SUFFIX, LoggedCandidate, decision_record, feedback_record,
                                           log_file_name, outcome_record)
 from litellm_proteus.compliance import state_key_for
 from litellm_proteus.exploration import explore
 from litellm_proteus.predictor import mixing_draw
 from litellm_proteus.shadow_rows import SHADOW_PREFIX, shadow_row
+from litellm_proteus.tiers import hash_key
 
 from .data import assign_splits, load_logs
 from .evaluation.inputs import artifact_encoder
 from .routing import fill_missing_costs, route_log
 
 START_TS = 1_790_000_000.0  # simulated clock start (2026-09-21 UTC); one request per `--interval-s`
+# Each tier's requests come from one API key whose metadata names the tier: what the proxy logs for
+# such a request (litellm_proteus.engine.TAU_SOURCES) is tau_source "key_metadata" and that key's hash.
+TAU_SOURCE = "key_metadata"
 
 
 def config_tiers(path: str | os.PathLike) -> dict[str, float]:
-    """``router_settings.routing_strategy_args.tiers`` of a LiteLLM proxy config."""
-    with open(path, encoding="utf-8") as handle:
-        config = yaml.safe_load(handle) or {}
-    tiers = ((config.get("router_settings") or {}).get("routing_strategy_args") or {}).get("tiers")
-    if not isinstance(tiers, dict) or not tiers:
-        raise ValueError(f"{path}: no router_settings.routing_strategy_args.tiers (a mapping tier -> tau)")
-    return {str(k): float(v) for k, v in tiers.items()}
+    """``router_settings.routing_strategy_args.tiers`` of a LiteLLM proxy config, validated by the
+    proxy's own parser (``ProteusConfig``: a tau in (0, 1], ``default_tier`` one of them), whose
+    errors name the file and field.  Only the tier fields are parsed: the rest of the block (a Redis
+    URL from the environment, say) does not matter to a simulation."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--config {path}: not YAML ({exc})") from None
+    settings = config.get("router_settings") if isinstance(config, dict) else None
+    block = settings.get("routing_strategy_args") if isinstance(settings, dict) else None
+    if not isinstance(block, dict) or block.get("tiers") is None:
+        raise ValueError(f"--config {path}: no router_settings.routing_strategy_args.tiers "
+                         "(a mapping tier -> tau in (0, 1])")
+    tiers = block["tiers"]
+    fields = {"tiers": tiers}
+    if "default_tier" in block:
+        fields["default_tier"] = block["default_tier"]
+    elif isinstance(tiers, dict) and tiers:  # the default "standard" need not be one of this file's tiers
+        fields["default_tier"] = str(next(iter(tiers)))
+    try:
+        parsed = ProteusConfig.parse(fields, where=f"--config {path}: {CONFIG_PATH}")
+    except ProteusConfigError as exc:
+        message = str(exc)
+        raise ValueError(message if "(0, 1]" in message else f"{message}; a tier's tau is a number in (0, 1]") from None
+    return {name: float(tau) for name, tau in parsed.tiers.items()}
 
 
 def parse_tiers(items: list[str]) -> dict[str, float]:
@@ -62,6 +89,9 @@ def parse_tiers(items: list[str]) -> dict[str, float]:
             tau = float("nan")
         if not sep or not name or not 0 < tau <= 1:
             raise ValueError(f"--tiers: {item!r} is not NAME=TAU with TAU in (0, 1]")
+        if name in tiers:  # a second value would silently win: one tau per tier, as in a proxy config
+            raise ValueError(f"--tiers: tier {name!r} is given twice ({name}={tiers[name]:g} and {item}); "
+                             "give each tier once")
         tiers[name] = tau
     return tiers
 
@@ -89,15 +119,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
 
 
-def run(args: argparse.Namespace) -> int:
+def check_flags(args: argparse.Namespace) -> dict[str, float]:
+    """Every flag, before anything is read or written: the request tiers (``--config`` / ``--tiers``)."""
     for name in ("label_share", "exploration_rate", "shadow_share"):
         value = getattr(args, name)
         if not 0 <= value <= 1:
             raise ValueError(f"--{name.replace('_', '-')} must lie in [0, 1]; got {value}")
-    if args.requests < 0:
-        raise ValueError(f"--requests must be >= 0; got {args.requests}")
+    for name, least in (("requests", 0), ("rotate", 1), ("seed", 0)):
+        if getattr(args, name) < least:
+            raise ValueError(f"--{name} must be an integer >= {least}; got {getattr(args, name)}")
+    for name in ("delay_s", "interval_s", "start_ts"):  # a negative interval or delay runs the clock backwards
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"--{name.replace('_', '-')} must be a number >= 0 (seconds); got {value}")
+    return config_tiers(args.config) if args.config else parse_tiers(args.tiers)
+
+
+def run(args: argparse.Namespace) -> int:
+    tiers = check_flags(args)
     check_out(Path(args.out), args.force)
-    summary = simulate(args)
+    summary = simulate(args, tiers)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -137,9 +178,8 @@ def clear_out(out: Path) -> int:
     return len(ours)
 
 
-def simulate(args: argparse.Namespace) -> dict:
+def simulate(args: argparse.Namespace, tiers: dict[str, float]) -> dict:
     rng = np.random.default_rng(args.seed)
-    tiers = config_tiers(args.config) if args.config else parse_tiers(args.tiers)
     model, manifest = load_artifact(args.artifact)
     data = assign_splits(load_logs(args.data), seed=0)
     data = data.part(args.split).with_models(manifest.models)
@@ -161,6 +201,7 @@ def simulate(args: argparse.Namespace) -> dict:
     records: list[tuple[float, dict]] = []
     shadows: list[dict] = []
     shadow_rng = np.random.default_rng([args.seed, 1])  # its own stream: the log is the same for every share
+    key_hashes = {tier: hash_key(f"sk-simulated-{tier}") for tier in tier_names}  # one API key per tier
     explored = labelled = 0
     policy_cost = chosen_cost = other_cost = 0.0
     for r in range(n):
@@ -175,7 +216,8 @@ def simulate(args: argparse.Namespace) -> dict:
         tier = tier_names[tier_of[r]]
         candidates = [LoggedCandidate(f"sim-{j}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
         records.append((ts, decision_record(
-            call_id=call_id, key_hash=None, tier=tier, tau_source="tier", state_key=state_key_for(tier, "tier", float(taus[r]), 0.01), tau=float(taus[r]),
+            call_id=call_id, key_hash=key_hashes[tier], tier=tier, tau_source=TAU_SOURCE,
+            state_key=state_key_for(tier, TAU_SOURCE, float(taus[r]), 0.01), tau=float(taus[r]),
             tau_requested=None, tau_effective=float(taus[r]), delta=0.0, mu=float(routed.mu[r]), model_group="proteus-auto",
             candidates=candidates, chosen=step.index, propensity=step.propensity, prompt=prompts[r], artifact=weights_sha,
             log_prompt=True, ts=ts,

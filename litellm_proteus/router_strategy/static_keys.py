@@ -48,9 +48,28 @@ def _load(path: str) -> dict[str, dict[str, Any]]:
             keys = data.get("keys") if isinstance(data, dict) else None
             if not isinstance(keys, dict):
                 raise ValueError(f"{path}: expected a mapping 'keys: {{sk-...: {{metadata: ...}}}}'")
-            _cache["keys"] = {str(k): (v or {}) for k, v in keys.items()}
+            _cache["keys"] = {str(k): _entry(path, str(k), v) for k, v in keys.items()}
             _cache["stamp"] = stamp
         return _cache["keys"]
+
+
+ENTRY_FIELDS = {"alias": str, "team_id": str, "metadata": dict, "team_metadata": dict}  # what the auth reads
+_KIND = {str: "a string", dict: "a mapping, e.g. {proteus_tier: premium}"}
+
+
+def _entry(path: str, key: str, value: Any) -> dict[str, Any]:
+    """One key's entry, checked when the file is read: a bad one would otherwise fail every request
+    from that key with a 500 (UserAPIKeyAuth and the metadata dicts are built from it per request)."""
+    entry = value or {}
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: keys.{key} must be a mapping with any of {list(ENTRY_FIELDS)} (or empty); "
+                         f"got {type(entry).__name__}")
+    for name, kind in ENTRY_FIELDS.items():
+        field = entry.get(name)
+        if field is not None and not isinstance(field, kind):
+            raise ValueError(f"{path}: keys.{key}.{name} must be {_KIND[kind]} (or null); "
+                             f"got {type(field).__name__} {field!r:.80}")
+    return entry
 
 
 def is_master_key(api_key: str) -> bool:

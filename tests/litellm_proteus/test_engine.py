@@ -408,6 +408,11 @@ def test_bundled_artifact_fixed_points_trade_a_repriced_slot_for_a_no_dearer_no_
     down = engine.price_drift(engine.score_all(cheaper)[0])  # a price drop is said too, and is past no limit
     assert [name.split(" ")[0] for name in down.ratios] == ["proteus-auto/zero-one-ai/Yi-34B-Chat"] and not down.past_limit
     assert "rule_price_limit: null" in down.warning(None)
+    tiny = [dict(d, litellm_params=dict(d["litellm_params"], input_cost_per_token=1e-9, output_cost_per_token=1e-9))
+            if d["litellm_params"]["model"] == "openai/gpt-4-1106-preview" else d for d in group]
+    tiny_drift = engine.price_drift(engine.score_all(tiny)[0])  # a ratio ~1e-4: said in significant digits, never 0
+    (ratio,) = tiny_drift.ratios.values()
+    assert 0 < ratio < 1e-3 and ratio == float(f"{ratio:.3g}") and f"{ratio:.3g}" in tiny_drift.warning(None)
     yi_up = [dict(d, litellm_params=dict(d["litellm_params"], input_cost_per_token=1.1e-6, output_cost_per_token=1.1e-6))
              if d["litellm_params"]["model"] == "openai/yi-34b-chat" else d for d in group]
     strict = DecisionEngine(predictor.manifest, ProteusConfig.parse({"rule_price_limit": 1.2}), predictor)

@@ -394,3 +394,22 @@ def test_a_derived_tau_range_small_data_cannot_keep_is_written_with_a_warning_na
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the declared tau range cannot be met" in done.stderr and "pass --tau-range with LO at most" in done.stderr
     assert "which its validation rows cannot vouch for" in done.stderr and (out / "manifest.json").exists()
+
+
+def test_a_log_with_fewer_training_rows_than_the_batch_size_is_refused_before_any_encoding(tmp_path, capsys, monkeypatch):
+    import proteus_train.pipeline as pipeline
+
+    class Encoded(Exception):
+        pass
+
+    def no_encoding(*args, **kwargs):
+        raise Encoded
+
+    monkeypatch.setattr(pipeline, "training_encoder", no_encoding)
+    write_logs(tmp_path / "logs.csv", n=40)  # 28 training rows
+    status, err = _train_main(tmp_path, capsys)
+    assert status == 2 and "Traceback" not in err
+    assert "error: --batch-size 32 is more than the 28 training rows of this log" in err
+    assert "Pass --batch-size 28 or less" in err and not (tmp_path / "art").exists()
+    with pytest.raises(Encoded):  # a batch the rows can fill passes the check
+        _train_main(tmp_path, capsys, "--batch-size", "28")

@@ -240,3 +240,35 @@ def test_a_reused_call_id_is_judged_once_for_its_latest_request(tmp_path):
     with pytest.warns(UserWarning, match="reused"):
         calls = eligible_calls(tmp_path)
     assert sorted(calls) == [("c0", "another question", "another answer"), ("c1", "question 1", "answer 1")]
+
+
+def test_an_unscored_call_is_judged_again_on_a_later_run_and_the_run_says_so(tmp_path, monkeypatch, capsys):
+    """The log has no record for an unscored answer (a feedback record holds a score): a rerun asks
+    the judge again for that call only, and each run warns that unscored calls will be re-bought."""
+    from litellm_proteus.cli import main
+
+    monkeypatch.setenv("PROTEUS_TEST_JUDGE_KEY", "sk-test")
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    write_log(tmp_path)
+    judged: list[str] = []
+
+    def answer(request):
+        question = json.loads(request.content)["messages"][1]["content"]
+        judged.append(next(f"c{i}" for i in range(6) if f"question {i}" in question))
+        return httpx.Response(200, json=body("cut off before the verdict" if judged[-1] == "c2" else "SCORE: 1"))
+
+    command = ["judge", "--log", str(tmp_path), "--judge-model", "openai/judge", "--api-base", BASE,
+               "--api-key-env", "PROTEUS_TEST_JUDGE_KEY", "--sample", "1", "--max-tokens", "50"]
+    with respx.mock() as mock:
+        mock.post(f"{BASE}/chat/completions").mock(side_effect=answer)
+        assert main(command) == 0
+        first = capsys.readouterr()
+        assert sorted(judged) == ["c0", "c1", "c2", "c3", "c4"]
+        assert (json.loads(first.out)["scored"], json.loads(first.out)["unscored"]) == (4, 1)
+        assert "warning: 1 judge answer(s) had no parsable SCORE line" in first.err and "--max-tokens 50" in first.err
+        assert "judges them again and pays for them again" in first.err
+        judged.clear()
+        assert main(command) == 0
+        second = capsys.readouterr()
+    assert judged == ["c2"] and json.loads(second.out)["eligible"] == 1  # only the unscored call is bought again
+    assert "warning: 1 judge answer(s) had no parsable SCORE line" in second.err

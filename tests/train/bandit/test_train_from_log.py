@@ -86,6 +86,13 @@ def test_simulated_log_is_rotated_jsonl_in_the_proxys_schema(logged):
     chosen = {d["call_id"]: d["candidates"][d["chosen"]]["deployment_id"] for d in decisions}
     assert all(r["deployment_id"] == chosen[r["call_id"]] for r in records if r["type"] == "outcome")
     assert len(decisions) == 600 and {d["tier"] for d in decisions} == {"premium", "economy"}
+    # what the proxy logs for a request whose key's metadata names its tier: one key (hash) per tier
+    from litellm_proteus.engine import TAU_SOURCES
+    from litellm_proteus.tiers import hash_key
+
+    assert {d["tau_source"] for d in decisions} == {"key_metadata"} and "key_metadata" in TAU_SOURCES
+    assert all(d["key_hash"] == hash_key(f"sk-simulated-{d['tier']}") for d in decisions)
+    assert all(d["state_key"] == f"tier:{d['tier']}@{d['tau']:.4g}" for d in decisions)
     explored = [d for d in decisions if d["propensity"] < 1]
     assert explored and logs["explore"]["explored"] > 0 and logs["greedy"]["explored"] == 0
     for d in explored:  # never below the policy's predicted accuracy
@@ -234,3 +241,53 @@ def test_simulate_log_refuses_a_non_empty_out_before_reading_the_data(tmp_path, 
     (tmp_path / "file").write_text("x")
     assert main(["simulate-log", "--data", "d", "--tiers", "a=0.8", "--out", str(tmp_path / "file")]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--delay-s", "-1"], "--delay-s must be a number >= 0 (seconds); got -1.0"),
+    (["--delay-s", "nan"], "--delay-s must be a number >= 0 (seconds); got nan"),
+    (["--interval-s", "-1"], "--interval-s must be a number >= 0 (seconds); got -1.0"),
+    (["--rotate", "0"], "--rotate must be an integer >= 1; got 0"),
+    (["--seed", "-1"], "--seed must be an integer >= 0; got -1"),
+    (["--requests", "-2"], "--requests must be an integer >= 0; got -2"),
+    (["--label-share", "1.5"], "--label-share must lie in [0, 1]; got 1.5"),
+    (["--tiers", "premium=0.8", "premium=0.9"], "--tiers: tier 'premium' is given twice (premium=0.8 and premium=0.9)"),
+])
+def test_simulate_log_refuses_a_bad_flag_by_name_before_reading_or_writing_anything(tmp_path, capsys, flags, message):
+    from litellm_proteus.cli import main
+
+    out = tmp_path / "out"
+    argv = ["simulate-log", "--data", str(tmp_path / "missing.csv"), "--out", str(out)]
+    argv += flags if flags[0] == "--tiers" else ["--tiers", "premium=0.8", *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {message}" in err and "Traceback" not in err
+    assert not out.exists()  # nothing created: a corrected rerun needs no --force
+
+
+@pytest.mark.parametrize("tiers, fragment", [
+    ("{premium: 1.7, economy: 0.79}", "routing_strategy_args.tiers: tier 'premium': tau must be a number in (0, 1]; got 1.7"),
+    ("{premium: abc}", "routing_strategy_args.tiers.premium: Input should be a valid number"),
+    ("{premium: true}", "routing_strategy_args.tiers.premium: Input should be a valid number"),
+    ("[0.8]", "routing_strategy_args.tiers: Input should be a valid dictionary"),
+    ("{premium: 0.8}\n    default_tier: gold", "default_tier 'gold' is not a tier; allowed: ['premium']"),
+])
+def test_simulate_log_validates_config_tiers_as_the_proxy_does(tmp_path, capsys, tiers, fragment):
+    from litellm_proteus.cli import main
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"router_settings:\n  routing_strategy_args:\n    tiers: {tiers}\n")
+    out = tmp_path / "out"
+    assert main(["simulate-log", "--data", str(tmp_path / "missing.csv"), "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--config {config}: router_settings." in err and fragment in err and "(0, 1]" in err
+    assert not out.exists()
+
+
+def test_config_tiers_reads_the_proxy_example_config():
+    from pathlib import Path
+
+    from proteus_train.simulate_log import config_tiers
+
+    example = Path(__file__).parents[3] / "config.example.yaml"
+    assert config_tiers(example) == {"premium": 0.85, "standard": 0.82, "economy": 0.79}
