@@ -11,6 +11,7 @@ import pytest
 
 from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, read_manifest
 from litellm_proteus.shadow_rows import shadow_row
+from proteus_train.data import load_logs
 from proteus_train.evaluation.promotion import EXIT_DO_NOT_PROMOTE, exit_code, promotion_report, render
 
 SLOTS = read_manifest(DEFAULT_ARTIFACT_DIR).models
@@ -111,3 +112,14 @@ def test_a_shadow_row_is_in_its_decisions_state(tmp_path):
     write(tmp_path / "log" / "shadow-20260101T000000-1-0.jsonl", [_shadow(f"c{i}", 1000.0 + i, "premium", 0.81) for i in range(30)])
     states = report_of(tmp_path, records)["states"]
     assert list(states) == ["tier:premium@0.85"] and states["tier:premium@0.85"]["new"]["n_rows"] == 30
+
+
+def test_a_copied_shadow_file_counts_its_rows_once(tmp_path):
+    records = [decision(f"c{i}", 1000.0 + i, "standard", 0.82, 0.001) for i in range(30)]
+    shadows = [_shadow(f"c{i}", 1000.0 + i, "standard", 0.82) for i in range(0, 30, 3)]
+    write(tmp_path / "log" / "shadow-20260101T000000-1-0.jsonl", shadows)
+    write(tmp_path / "log" / "shadow-20260101T000000-1-1.jsonl", shadows)  # the same rows again
+    report = report_of(tmp_path, records)
+    assert report["log_provenance"]["n_shadow_rows"] == 10 == report["states"]["tier:standard@0.82"]["new"]["n_rows"]
+    with pytest.warns(UserWarning):
+        assert load_logs(tmp_path / "log").provenance["n_shadow_rows"] == 10  # what the trained manifest records
