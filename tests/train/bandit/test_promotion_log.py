@@ -123,3 +123,16 @@ def test_a_copied_shadow_file_counts_its_rows_once(tmp_path):
     assert report["log_provenance"]["n_shadow_rows"] == 10 == report["states"]["tier:standard@0.82"]["new"]["n_rows"]
     with pytest.warns(UserWarning):
         assert load_logs(tmp_path / "log").provenance["n_shadow_rows"] == 10  # what the trained manifest records
+
+
+def test_eval_log_must_be_a_folder_and_the_error_names_the_flag(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    write(tmp_path / "log" / "decisions-20260101T000000-1-0.jsonl", [decision("c0", 1000.0, "standard", 0.82, 0.001)])
+    common = ["eval", "--artifact", ART, "--out", str(tmp_path / "out"), "--log"]
+    assert main([*common, str(tmp_path / "log" / "decisions-20260101T000000-1-0.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "--log " in err and "is a file; pass the decision log folder that holds it" in err and str(tmp_path / "log") in err
+    assert main([*common, str(tmp_path / "nodir")]) == 2
+    assert f"error: --log {tmp_path / 'nodir'}: decision log folder not found" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
