@@ -247,7 +247,7 @@ def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
         return parts[0]
     models = list(dict.fromkeys(m for part in parts for m in part.models))
     log = concat_logs([part.with_models(models) for part in parts])
-    log.provenance = {**parts[0].provenance, "n_shadow_rows": len(parts[1])}
+    log.provenance = {**parts[0].provenance, "n_shadow_rows": parts[1].provenance["n_shadow_rows"]}
     return log
 
 
@@ -265,7 +265,8 @@ def shadow_log(tables: list[Table]) -> RoutingLog:
     log.split = prompt_split(log.prompts)
     log.split_method = f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val"
     log.source = FORMAT
-    log.provenance = {"format": FORMAT, "n_shadow_rows": len(log)}
+    # rows, not lines: a shadow row read twice (a copied file) is one row once clean_log drops repeats of its sample_id
+    log.provenance = {"format": FORMAT, "n_shadow_rows": len(set(log.sample_ids)) if log.sample_ids else len(log)}
     return log
 
 

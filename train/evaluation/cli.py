@@ -106,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline_artifact and not args.log:
         raise SystemExit("--baseline-artifact needs --log DIR (the decision log to judge both artifacts on)")
     if args.log:
+        log = Path(args.log)
+        if log.is_file():  # the shadow rows beside the decision log would be left out
+            raise ValueError(f"--log {args.log} is a file; pass the decision log folder that holds it ({log.parent}): "
+                             "its shadow rows are read with the decision log")
+        if not log.is_dir():
+            raise ValueError(f"--log {args.log}: decision log folder not found")
         from .promotion import exit_code, promotion_report, render, write
 
         report = promotion_report(args.artifact, args.baseline_artifact or str(DEFAULT_ARTIFACT_DIR), args.log,

@@ -8,7 +8,7 @@ from proteus_train.evaluation.promotion import EXIT_DO_NOT_PROMOTE, EXIT_PROMOTE
 
 def tier(dr, cost, tau=0.8, matched=50, unsupported=0.0, n=100):
     return {"dr": dr, "ci95": [dr - 0.05, dr + 0.05], "tau": tau, "cost_usd": cost, "n_matched": matched,
-            "unsupported_share": unsupported, "n_rows": n}
+            "unsupported_share": unsupported, "n_rows": n, "n_requests": 10 * n}
 
 
 def test_cheaper_and_above_the_floor_is_promoted():
@@ -18,7 +18,7 @@ def test_cheaper_and_above_the_floor_is_promoted():
 
 def test_below_the_floor_is_not_promoted_and_names_the_tier():
     promote, reasons = verdict({"a": tier(0.82, 1.0), "b": tier(0.75, 1.0)}, {"a": tier(0.85, 2.0), "b": tier(0.9, 2.0)})
-    assert not promote and reasons == ["tier 'b': estimated accuracy 0.7500 (95% CI 0.7000-0.8000) < 0.8000 (tau 0.8, old 0.9000)"]
+    assert not promote and reasons == ["state 'b': estimated accuracy 0.7500 (95% CI 0.7000-0.8000) < 0.8000 (tau 0.8, old 0.9000)"]
 
 
 def test_below_the_floor_where_the_baseline_also_misses_it_only_needs_the_baselines_accuracy():
@@ -49,15 +49,17 @@ def test_overlap_warning_when_the_periods_intersect():
 def test_the_report_says_which_rows_the_estimates_use():
     report = {"artifact": "new", "baseline_artifact": "old", "log": "LOG", "promote": True, "reasons": ["ok"],
               "log_provenance": {"n_decisions": 300, "n_labelled": 20, "n_shadow_rows": 35},
-              "tiers": {"economy": {"new": tier(0.8, 1.0, n=25), "baseline": tier(0.8, 1.0, n=25)},
-                        "premium": {"new": tier(0.9, 1.0, n=30), "baseline": tier(0.9, 1.0, n=30)}}}
+              "states": {"tier:economy@0.79": {"new": tier(0.8, 1.0, n=25), "baseline": tier(0.8, 1.0, n=25)},
+                         "tier:premium@0.85": {"new": tier(0.9, 1.0, n=30), "baseline": tier(0.9, 1.0, n=30)}}}
     text = render(report)
-    assert ("Decision log LOG: 300 decisions, 20 of them with feedback, and 35 shadow rows. The estimates use the 20 "
-            "decisions with feedback and the 35 shadow rows (55 rows), each in the tier it was served at; the 280 "
-            "decisions without feedback are not used.") in text
+    assert ("Decision log LOG: 300 decisions, 20 of them with feedback, and 35 shadow rows. The accuracy estimates use "
+            "the 20 decisions with feedback and the 35 shadow rows (55 rows), each in the compliance state it was served "
+            "in; the 280 decisions without feedback are not used there. $/call: the mean cost of each artifact's choices "
+            "over all the state's logged requests.") in text
+    assert "| tier:premium@0.85 | 0.8 | 300 | 0.9000 (0.8500-0.9500) | 0.9000 (0.8500-0.9500) | 1.000000 | 1.000000 | 30 | 50 |" in text
     assert "the tiers' rows are both" not in text
     report["log_provenance"] = {"n_decisions": 300, "n_labelled": 55}
-    assert "55 of them with feedback, no shadow rows. The estimates use the 55 decisions with feedback (55 rows)" in render(report)
+    assert "55 of them with feedback, no shadow rows. The accuracy estimates use the 55 decisions with feedback (55 rows)" in render(report)
 
 
 def test_the_exit_code_is_the_verdict():
@@ -71,9 +73,17 @@ def test_the_command_exits_3_when_it_does_not_promote(monkeypatch, tmp_path, cap
 
     report = {"artifact": "new", "baseline_artifact": "old", "log": "LOG", "promote": False,
               "reasons": ["tier 'a': below the floor"], "log_provenance": {"n_decisions": 10, "n_labelled": 5},
-              "tiers": {"a": {"new": tier(0.7, 1.0, n=5), "baseline": tier(0.9, 1.0, n=5)}}}
+              "states": {"a": {"new": tier(0.7, 1.0, n=5), "baseline": tier(0.9, 1.0, n=5)}}}
     monkeypatch.setattr(promotion, "promotion_report", lambda *args: report)
     argv = ["eval", "--artifact", "new", "--log", str(tmp_path), "--out", str(tmp_path / "promo")]
     assert main(argv) == 3 and "**Verdict: do not promote**" in capsys.readouterr().out
     report["promote"] = True
     assert main(argv) == 0
+
+
+def test_total_cost_weighs_each_state_by_its_requests_not_its_labelled_rows():
+    # a saves $1 on each of 1,000 requests (20 labelled); b costs $1 more on each of its 100 (all labelled)
+    new = {"a": {**tier(0.82, 1.0, n=20, matched=20), "n_requests": 1000}, "b": {**tier(0.82, 3.0), "n_requests": 100}}
+    old = {"a": {**tier(0.85, 2.0, n=20, matched=20), "n_requests": 1000}, "b": {**tier(0.85, 2.0), "n_requests": 100}}
+    promote, reasons = verdict(new, old)
+    assert promote and reasons == ["every state keeps its floor (or the baseline's accuracy); cost -40.9% vs the baseline"]

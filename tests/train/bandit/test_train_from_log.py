@@ -172,7 +172,7 @@ def test_train_with_shadow_rows_counts_them_and_labels_every_model(logged):
     assert done.returncode in (0, 3), done.stderr[-3000:]
     report = json.loads((base / "promo-shadow" / "promotion.json").read_text())
     assert done.returncode == (0 if report["promote"] else 3)  # the exit status is the verdict
-    assert set(report["tiers"]) == {"premium", "economy"}  # a log with shadow rows is evaluated per tier
+    assert set(report["states"]) == {"tier:premium@0.85", "tier:economy@0.79"}  # a log with shadow rows: per state
 
 
 def test_bad_flags_end_with_an_error(logged):
@@ -194,9 +194,10 @@ def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
                    "--cache-dir", base / "cache")
     assert done.returncode in (0, 3), done.stderr[-3000:]
     report = json.loads((base / "promo" / "promotion.json").read_text())
-    assert set(report["tiers"]) == {"premium", "economy"} and isinstance(report["promote"], bool) and report["reasons"]
+    assert set(report["states"]) == {"tier:premium@0.85", "tier:economy@0.79"}
+    assert isinstance(report["promote"], bool) and report["reasons"]
     assert done.returncode == (0 if report["promote"] else 3)
-    for pair in report["tiers"].values():  # accuracy intervals stay in [0, 1]
+    for pair in report["states"].values():  # accuracy intervals stay in [0, 1]
         for side in pair.values():
             assert 0.0 <= side["ci95"][0] <= side["ci95"][1] <= 1.0
     assert "**Verdict: " in done.stdout and "overlaps" in report["warning"]  # both logs cover the same simulated hours
