@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from litellm_proteus.artifact import load_artifact
-from litellm_proteus.decision_log import join_records
+from litellm_proteus.decision_log import LoggedDecision, call_requests
 from litellm_proteus.predictor import mixing_draw
 
 from ..compliance_report import state_of, target_tau
@@ -71,13 +71,20 @@ def every_request(tables: list[Table], log_dir: str) -> RoutingLog:
 
 
 def call_states(tables: list[Table]) -> dict[str, tuple[str, float]]:
-    """call_id -> (compliance state, promised tau) of its latest decision (read from the same files as
-    the bandit rows), as ``proteus compliance`` groups them: ``state_key`` (records without one:
+    """sample_id (and ``shadow:<call_id>`` for its latest request) -> (compliance state, promised tau) of the
+    request's latest decision, read from the same files and grouped into requests as the bandit rows
+    are (``call_requests``), as ``proteus compliance`` groups them: ``state_key`` (records without one:
     ``tier:<tier>``) and ``tau`` (the tier's, or the request's own; records without it:
     ``tau_effective - delta``), never the controller's offset."""
-    decisions = ({k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}  # absent fields
-                 for table in tables for record in table.frame.to_dict("records") if record.get("type") == "decision")
-    return {row.call_id: (state_of(row), target_tau(row)) for row in join_records(decisions)}
+    records = ({k: v for k, v in record.items() if not (isinstance(v, float) and math.isnan(v))}  # absent fields
+               for table in tables for record in table.frame.to_dict("records"))
+    states = {}
+    for request in call_requests(records).requests:
+        if request.owned:
+            row = LoggedDecision(dict(request.decision))
+            # a shadow row (sample_id shadow:<call_id>) shadows its call's latest request
+            states[request.sample_id] = states[f"shadow:{request.call_id}"] = (state_of(row), target_tau(row))
+    return states
 
 
 def _row_states(data: RoutingLog, calls: dict[str, tuple[str, float]]) -> np.ndarray:
@@ -87,8 +94,7 @@ def _row_states(data: RoutingLog, calls: dict[str, tuple[str, float]]) -> np.nda
     tiers = data.task or [""] * len(data)
     out = []
     for i, sid in enumerate(ids):
-        call = sid[len("shadow:"):] if sid.startswith("shadow:") else sid
-        out.append(calls[call][0] if call in calls else f"tier:{tiers[i]}@{data.logged_tau[i]:.4g}")
+        out.append(calls[sid][0] if sid in calls else f"tier:{tiers[i]}@{data.logged_tau[i]:.4g}")
     return np.asarray(out, dtype=object)
 
 

@@ -136,3 +136,15 @@ def test_eval_log_must_be_a_folder_and_the_error_names_the_flag(tmp_path, capsys
     assert main([*common, str(tmp_path / "nodir")]) == 2
     assert f"error: --log {tmp_path / 'nodir'}: decision log folder not found" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_call_id_two_requests_reused_is_two_requests_each_in_its_own_state(tmp_path):
+    records = []
+    for i in range(30):
+        records += [decision(f"c{i}", 1000.0 + i, "standard", 0.82, 0.001), feedback(f"c{i}", 2000.0 + i, 1.0)]
+    first = decision("reused", 3000.0, "standard", 0.82, 0.001)
+    again = {**decision("reused", 3100.0, "premium", 0.85, 0.001), "prompt_sha256": "y", "prompt": "another question"}
+    records += [first, feedback("reused", 3050.0, 1.0), again, feedback("reused", 3150.0, 0.0)]
+    states = report_of(tmp_path, records)["states"]
+    assert states["tier:premium@0.85"]["new"]["n_requests"] == 1  # the second request, in its own state
+    assert states["tier:standard@0.82"]["new"]["n_requests"] == 31
