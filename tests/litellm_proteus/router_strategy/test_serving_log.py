@@ -16,7 +16,7 @@ import litellm
 import pytest
 from prometheus_client import REGISTRY
 
-from litellm_proteus.decision_log import iter_records, join_log
+from litellm_proteus.decision_log import feedback_record, iter_records, join_log
 from litellm_proteus.feedback import FeedbackError, send_feedback
 from litellm_proteus.router_strategy import proteus_hook
 
@@ -95,9 +95,10 @@ def test_a_decision_the_full_queue_dropped_takes_no_feedback(steerable_artifact,
     disk_free = threading.Event()  # a stalled disk: the writer thread waits in its first file write
     write_files = writer._write_files
     monkeypatch.setattr(writer, "_write_files", lambda lines: disk_free.wait(30) and write_files(lines))
-    assert writer.submit({"type": "filler"}) is True  # taken by the writer thread, which then stalls
+    filler = lambda n: feedback_record(f"filler-{n}", 1.0, "test")  # noqa: E731  any record the readers take
+    assert writer.submit(filler(1)) is True  # taken by the writer thread, which then stalls
     assert wait_for(lambda: writer._queue.qsize() == 0)
-    assert writer.submit({"type": "filler"}) is True  # the queue (1) is full now
+    assert writer.submit(filler(2)) is True  # the queue (1) is full now
     dropped = writer.dropped
 
     asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, litellm_call_id="dropped-call"))
