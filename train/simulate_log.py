@@ -214,7 +214,7 @@ def simulate(args: argparse.Namespace, tiers: dict[str, float]) -> dict:
         chosen_cost += costs[i, step.index]
         other_cost += float(np.delete(costs[i], step.index).mean())  # a shadow call to one other candidate
         tier = tier_names[tier_of[r]]
-        candidates = [LoggedCandidate(f"sim-{j}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
+        candidates = [LoggedCandidate(f"sim-{m}", j, m, float(costs[i, j]), round(p[j], 6)) for j, m in enumerate(manifest.models)]
         records.append((ts, decision_record(
             call_id=call_id, key_hash=key_hashes[tier], tier=tier, tau_source=TAU_SOURCE,
             state_key=state_key_for(tier, TAU_SOURCE, float(taus[r]), 0.01), tau=float(taus[r]),
@@ -223,7 +223,7 @@ def simulate(args: argparse.Namespace, tiers: dict[str, float]) -> dict:
             log_prompt=True, ts=ts,
         )))
         records.append((ts + 0.5, outcome_record(
-            call_id=call_id, deployment_id=f"sim-{step.index}", success=True, response_cost=float(costs[i, step.index]), latency_ms=500.0, error=None, ts=ts + 0.5,
+            call_id=call_id, deployment_id=f"sim-{manifest.models[step.index]}", success=True, response_cost=float(costs[i, step.index]), latency_ms=500.0, error=None, ts=ts + 0.5,
         )))
         score = data.scores[i, step.index]
         if rng.random() < args.label_share and np.isfinite(score):

@@ -98,6 +98,10 @@ def load_logs(
         warnings.warn(f"skipped {len(skipped)} file(s) that are not {format if format != 'auto' else 'routing'} logs: "
                       f"{skipped}", RoutingLogWarning, stacklevel=2)
     if not groups:
+        if skipped and format != "auto":  # files were there, of another format than the one asked for
+            others = sorted({detect_format(read_table(Path(p))) or "unrecognised" for p in skipped})
+            raise ValueError(f"no {format} files in {[str(p) for p in paths]}: its {len(skipped)} file(s) are "
+                             f"{', '.join(others)} logs; pass --format auto (the default), or {format} files")
         raise ValueError(f"no routing logs found in {[str(p) for p in paths]} (supported files: "
                          ".pkl/.pickle/.csv/.parquet/.jsonl with a recognised format)")
 

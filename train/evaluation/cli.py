@@ -104,7 +104,7 @@ def command_line(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     if args.baseline_artifact and not args.log:
-        raise SystemExit("--baseline-artifact needs --log DIR (the decision log to judge both artifacts on)")
+        raise ValueError("--baseline-artifact needs --log DIR (the decision log to judge both artifacts on)")
     if args.log:
         log = Path(args.log)
         if log.is_file():  # the shadow rows beside the decision log would be left out

@@ -85,6 +85,8 @@ def test_simulated_log_is_rotated_jsonl_in_the_proxys_schema(logged):
     decisions = [r for r in records if r["type"] == "decision"]
     chosen = {d["call_id"]: d["candidates"][d["chosen"]]["deployment_id"] for d in decisions}
     assert all(r["deployment_id"] == chosen[r["call_id"]] for r in records if r["type"] == "outcome")
+    # a deployment is named by its model, so logs of artifacts with other slot orders never share an id
+    assert all(c["deployment_id"] == f"sim-{c['model']}" for r in records if r["type"] == "decision" for c in r["candidates"])
     assert len(decisions) == 600 and {d["tier"] for d in decisions} == {"premium", "economy"}
     # what the proxy logs for a request whose key's metadata names its tier: one key (hash) per tier
     from litellm_proteus.engine import TAU_SOURCES
@@ -202,7 +204,7 @@ def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
             assert 0.0 <= side["ci95"][0] <= side["ci95"][1] <= 1.0
     assert "**Verdict: " in done.stdout and "overlaps" in report["warning"]  # both logs cover the same simulated hours
     done = proteus("eval", "--artifact", base / "from-log", "--baseline-artifact", DEFAULT_ARTIFACT_DIR, "--out", base / "x")
-    assert done.returncode != 0 and "--baseline-artifact needs --log" in done.stderr
+    assert done.returncode == 2 and "error: --baseline-artifact needs --log" in done.stderr
     # without --log the evaluation would carve a test split out of the rows the artifact trained on
     done = proteus("eval", "--artifact", base / "from-log", "--out", base / "y", "--cache-dir", base / "cache")
     assert done.returncode == 2 and "a decision log is not full-information test data" in done.stderr

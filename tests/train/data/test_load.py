@@ -42,6 +42,13 @@ def test_explicit_format_mismatch_names_file_and_column(tmp_path):
     assert load_logs([path], format="routerbench").models == RB_MODELS
 
 
+def test_a_folder_with_no_file_of_the_asked_format_names_what_it_holds(tmp_path):
+    write_frame(rb(["a"]), tmp_path / "a.csv")
+    write_frame(rb(["b"]), tmp_path / "b.csv")
+    with pytest.raises(ValueError, match=r"no decision-log files in .*: its 2 file\(s\) are routerbench logs; "
+                                         r"pass --format auto"):
+        quiet_load([tmp_path], format="decision-log")
+
 def test_several_paths_concatenate_and_dedupe_across_them(tmp_path):
     train = write_frame(rb(["a", "b"]), tmp_path / "x" / "set_train.csv")
     frame = rb(["b", "c"], scores=(0.0, 0.0, 0.0))
