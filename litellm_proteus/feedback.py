@@ -189,6 +189,10 @@ class FeedbackDesk:
         with self._lock:
             known = self._decisions.get(call_id)
             if known is None or known.get("key_hash") == entry.get("key_hash"):  # a retry of the same key's call
+                if known is not None and known.get("prompt_sha256") != entry.get("prompt_sha256"):
+                    # another prompt: another request reusing the call id (``call_requests``), scored afresh
+                    self._scored.pop(call_id, None)
+                    self._outcomes.pop(call_id, None)
                 self._decisions[call_id] = entry
                 self._decisions.move_to_end(call_id)
                 while len(self._decisions) > self.settings.index_size:
@@ -305,22 +309,23 @@ class FeedbackDesk:
         return decision
 
     def _claim(self, call_id: str) -> None:
+        """Take the call's one score.  Redis, when it answers, decides for every worker (its index
+        starts a reused call id's new request afresh); this process's memory decides while it is down."""
         duplicate = FeedbackError(f"call_id {call_id!r} already has feedback", 409, "call_id")
+        fresh = None
+        if self.redis is not None:
+            try:
+                fresh = bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
+                                             max(1, int(self.settings.feedback_max_age_s))))
+            except Exception:  # Redis down: this process's memory is what there is
+                fresh = None
         with self._lock:
-            if call_id in self._scored:
+            if fresh is False or (fresh is None and call_id in self._scored):
                 raise duplicate
             self._scored[call_id] = None
+            self._scored.move_to_end(call_id)
             while len(self._scored) > self.settings.index_size:
                 self._scored.popitem(last=False)
-        if self.redis is None:
-            return
-        try:
-            fresh = self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
-                                    max(1, int(self.settings.feedback_max_age_s)))
-        except Exception:  # Redis down: this process's check above is what there is
-            return
-        if not fresh:
-            raise duplicate
 
     def _release(self, call_id: str) -> None:
         with self._lock:

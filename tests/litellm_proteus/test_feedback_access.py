@@ -11,7 +11,8 @@ import pytest
 
 from litellm_proteus.attempts import Attempt, breadcrumb_error, error_text
 from litellm_proteus.config import DecisionLogSettings, ProteusConfig, ProteusConfigError, RedisSettings
-from litellm_proteus.decision_log import DecisionLogWriter, index_entry, iter_records, outcome_record, redis_client
+from litellm_proteus.decision_log import (DecisionLogWriter, index_entry, iter_records, outcome_record, prompt_sha256,
+                                          redis_client)
 from litellm_proteus.feedback import IN_PROCESS, FeedbackCaller, FeedbackDesk, FeedbackError
 from litellm_proteus.tiers import hash_key
 
@@ -192,6 +193,36 @@ def test_the_first_key_owns_a_call_id_on_every_worker(log, redis_server):
     assert refused(desk_b, "order-1", 1.0, caller=caller("sk-bob")).status == 403  # even where Bob's call ran
     assert desk_b.accept("order-1", 1.0, caller=caller("sk-alice"))["key_hash"] == ALICE
 
+
+def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_in_memory(log):
+    _, _, desk = log()
+    first = decision("reused", ts=time.time() - 3)
+    desk.remember(first)
+    assert desk.accept("reused", 1.0)["prompt_sha256"] == first["prompt_sha256"]
+    assert refused(desk, "reused", 0.0).status == 409
+    again = {**decision("reused", ts=time.time() - 2), "prompt_sha256": prompt_sha256("another question")}
+    assert desk.remember(again)  # another prompt under the id: another request, scored afresh
+    assert desk.accept("reused", 0.0)["prompt_sha256"] == again["prompt_sha256"]
+    assert desk.remember({**again, "ts": time.time() - 1})  # a retry of that request: the same prompt
+    assert refused(desk, "reused", 1.0).status == 409
+
+
+def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_on_every_worker(log, redis_server):
+    clients = [redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000)) for _ in range(3)]
+    (_, writer, desk), (_, _, worker_b), (_, _, worker_c) = (log(client) for client in clients)
+    first = decision("reused-2", ts=time.time() - 3)
+    desk.remember(first)
+    writer.submit(first)
+    assert writer.flush()
+    assert worker_b.accept("reused-2", 1.0)["prompt_sha256"] == first["prompt_sha256"]
+    assert refused(worker_c, "reused-2", 1.0).status == 409  # the index holds the first request's score
+    again = {**decision("reused-2", ts=time.time() - 2), "prompt_sha256": prompt_sha256("another question")}
+    desk.remember(again)
+    writer.submit(again)
+    assert writer.flush()
+    assert clients[0].hget("proteus:decision:reused-2", "feedback") is None  # the new request's check is fresh
+    assert worker_c.accept("reused-2", 0.0)["prompt_sha256"] == again["prompt_sha256"]
+    assert refused(worker_c, "reused-2", 0.0).status == 409
 
 # -- 3. memory -----------------------------------------------------------------------------------------------
 def test_the_index_keeps_no_prompt_and_only_the_chosen_candidate(log, tmp_path, redis_server):
