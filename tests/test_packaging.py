@@ -66,3 +66,43 @@ def test_every_subcommand_has_help():
     for sub in ("train", "eval", "tiers", "bench"):
         done = subprocess.run(["proteus", sub, "--help"], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "usage: proteus " + sub in done.stdout, done.stderr[-1000:]
+
+
+# Runs the CLI as on a serving-only install: the training extra's packages cannot be imported.
+WITHOUT_TRAINING_STACK = """
+import importlib.abc, sys
+from litellm_proteus.cli import TRAINING_MODULES, main
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in TRAINING_MODULES:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+for name in [m for m in sys.modules if m.split(".")[0] in TRAINING_MODULES]:
+    del sys.modules[name]
+sys.meta_path.insert(0, Missing())
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_every_training_command_on_a_serving_only_install_says_it_needs_the_extra(tmp_path):
+    import json
+
+    from litellm_proteus.decision_log import LoggedCandidate, decision_record
+
+    log = tmp_path / "log"  # one decision, so proteus compliance gets as far as its figure (matplotlib)
+    log.mkdir()
+    record = decision_record(
+        call_id="c", key_hash=None, tier="standard", tau_source="default", state_key="tier:standard@0.82", tau=0.82,
+        tau_requested=None, tau_effective=0.82, delta=0.0, mu=0.5, model_group="proteus-auto",
+        candidates=[LoggedCandidate("d1", 0, "m", 1e-4, 0.8)], chosen=0, propensity=1.0, prompt="q", artifact="sha",
+        log_prompt=False)
+    (log / "decisions-20260101T000000-1-0.jsonl").write_text(json.dumps(record) + "\n")
+    commands = [["train", "--data", str(tmp_path), "--out", str(tmp_path / "a")], ["bench", "--out", str(tmp_path / "b")],
+                ["distill-static", "--out", str(tmp_path / "d")], ["replay", "--out", str(tmp_path / "r")],
+                ["calibrate-p", "--artifact", str(tmp_path)], ["compliance", "--log", str(log)]]
+    for command in commands:
+        done = subprocess.run([sys.executable, "-c", WITHOUT_TRAINING_STACK, *command], capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr[-2000:])
+        assert f"error: proteus {command[0]} needs the training extra" in done.stderr, (command, done.stderr[-2000:])
