@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -30,6 +31,7 @@ from pathlib import Path
 from litellm_proteus.openmp import OMP_POLICIES, configure_openmp, openmp_settings
 
 from .aggregate import median_proxy, median_rows
+from .prompts import ROUTERBENCH_DIR
 
 # Settings --quick changes, with their defaults and quick values; explicit flags win over both.
 DEFAULTS: dict[str, object] = {
@@ -215,21 +217,33 @@ def litellm_importable() -> bool:
     return True
 
 
+def check_flags(args: argparse.Namespace) -> None:
+    """Every flag a bad value of would surface later (or never): ValueError naming it, before any work."""
+    for flag in ("min_iters", "max_iters", "pool_size", "proxy_callers", "proxy_requests", "repeat"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= 1; got {getattr(args, flag)}")
+    for flag in ("cell_seconds", "concurrency_seconds", "upstream_delay"):
+        value = getattr(args, flag)
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"--{flag.replace('_', '-')} must be a number of seconds >= 0; got {value}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1; got {args.threads}")
+    if not 0 <= args.load_nice <= 19:
+        raise ValueError(f"--load-nice must be 0-19; got {args.load_nice}")
+    if args.load_nice and not sys.platform.startswith("linux"):
+        raise ValueError("--load-nice needs Linux (per-thread niceness); use 0 elsewhere")
+    if args.data not in (None, "none") and not any((Path(args.data) / ROUTERBENCH_DIR).glob("*.csv")):
+        raise ValueError(f"--data {args.data} holds no {ROUTERBENCH_DIR}/*.csv: pass the shared data folder that holds "
+                         f"{ROUTERBENCH_DIR}/ (e.g. ../shared/data), or 'none' for the bundled generic prompts")
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     _fill_defaults(args)
     configure_openmp(args.omp_wait_policy)  # read once, when torch loads
-    for flag in ("min_iters", "max_iters", "pool_size", "proxy_callers", "proxy_requests", "repeat"):
-        if getattr(args, flag) < 1:
-            raise SystemExit(f"proteus bench: --{flag.replace('_', '-')} must be >= 1; got {getattr(args, flag)}")
-    if args.threads is not None and args.threads < 1:
-        raise SystemExit(f"proteus bench: --threads must be >= 1; got {args.threads}")
-    if not 0 <= args.load_nice <= 19:
-        raise SystemExit(f"proteus bench: --load-nice must be 0-19; got {args.load_nice}")
-    if args.load_nice and not sys.platform.startswith("linux"):
-        raise SystemExit("proteus bench: --load-nice needs Linux (per-thread niceness); use 0 elsewhere")
+    check_flags(args)
 
     from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, ArtifactError
     from litellm_proteus.model_thread import run_on_model_thread
@@ -243,7 +257,6 @@ def run(args: argparse.Namespace) -> int:
 
     artifact = Path(args.artifact) if args.artifact else DEFAULT_ARTIFACT_DIR
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     load_before = os.getloadavg()
     try:
@@ -263,8 +276,9 @@ def run(args: argparse.Namespace) -> int:
             tokenizer_threads=args.tokenizer_threads,
             memory_cache=0,  # every measured decision encodes; cache hits are measured separately
         )
-    except (ArtifactError, ValueError) as exc:
-        raise SystemExit(f"proteus bench: {exc}") from None
+    except ArtifactError as exc:
+        raise ValueError(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)  # once the flags and the artifact are known good: no empty folder
     import torch
 
     data_dir = None if args.data == "none" else (args.data or default_data_dir())

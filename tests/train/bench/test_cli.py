@@ -80,9 +80,25 @@ def test_bad_flags_name_the_flag(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_missing_artifact_is_a_clear_error(tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
-        main(["bench", "--artifact", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--quick", "--skip-proxy"])
+def test_missing_artifact_is_a_clear_error_and_leaves_no_out_folder(tmp_path, capsys):
+    code = main(["bench", "--artifact", str(tmp_path / "nope"), "--out", str(tmp_path / "o"), "--quick", "--skip-proxy"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: artifact directory" in err and "does not exist" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--cell-seconds", "nan"], "error: --cell-seconds must be a number of seconds >= 0; got nan"),
+        (["--repeat", "0"], "error: --repeat must be >= 1; got 0"),
+        (["--data", "."], "error: --data . holds no routerbench-partial/*.csv"),  # a wrong folder: not the bundled prompts
+    ],
+)
+def test_bad_values_are_refused_naming_the_flag_before_any_work(argv, message, tmp_path, capsys):
+    code = main(["bench", "--out", str(tmp_path / "o"), "--quick", "--skip-proxy", *argv])
+    assert code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.e2e
@@ -126,9 +142,9 @@ def test_repeat_reports_medians_and_every_run(make_artifact, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("value", ["-1", "20"])
-def test_load_nice_out_of_range_names_the_flag(value):
-    with pytest.raises(SystemExit, match="--load-nice must be 0-19"):
-        main(["bench", "--load-nice", value, "--skip-proxy"])
+def test_load_nice_out_of_range_names_the_flag(value, capsys):
+    assert main(["bench", "--load-nice", value, "--skip-proxy"]) == 2
+    assert "error: --load-nice must be 0-19" in capsys.readouterr().err
 
 
 # LiteLLM made unimportable in a fresh interpreter: ``import litellm`` raises ImportError, as on a
