@@ -214,6 +214,7 @@ def plot(states: dict[str, list[LoggedDecision]], window: int, path: Path) -> Pa
         ax.legend(loc="lower left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
+    path = path if path.suffix else path.with_suffix(".png")  # what matplotlib writes for a name without one
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

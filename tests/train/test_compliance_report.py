@@ -115,6 +115,12 @@ def test_every_attempt_of_a_retried_call_counts_for_its_deployment_and_a_failed_
     assert deployments == {"mixtral": (3, 2), "gpt4": (2, 1)}
 
 
+def test_the_figure_named_without_a_suffix_is_reported_as_the_file_written(tmp_path, capsys):
+    write_log(tmp_path / "log")
+    assert proteus_cli(["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "report")]) == 0
+    assert f"figure: {tmp_path / 'report.png'}" in capsys.readouterr().out
+    assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
 def test_an_empty_or_missing_log_is_an_error(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert proteus_cli(["compliance", "--log", str(tmp_path / "empty")]) == 2
