@@ -129,6 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    target = Path(args.out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        # a table a running proxy has mapped must never be rewritten in place (docs/lean-serving.md)
+        raise ValueError(f"--out {target} {'is not empty' if target.is_dir() else 'is a file'}: distil into a new or "
+                         "empty folder, then point the artifact's encoder at it")
     out = distill_static(args.encoder, args.out, device=args.device, batch_size=args.batch_size, progress=args.progress)
     print(json.dumps(json.loads((out / INFO_FILE).read_text()) | {"out": str(out)}, indent=2))
     return 0

@@ -97,3 +97,16 @@ def test_cli_writes_a_folder_usable_as_an_encoder(tiny_bert, tmp_path):
     summary = json.loads(done.stdout)
     assert summary["out"] == str(out) and summary["dims"] == 16
     assert open_encoder(str(out), device="cpu").encode(["hello"]).shape == (1, 16)
+
+
+def test_cli_never_writes_into_a_folder_that_holds_files(tiny_bert, tmp_path):
+    artifact = tmp_path / "artifact"
+    artifact.mkdir()
+    (artifact / "manifest.json").write_text("{}")
+    done = subprocess.run(
+        [sys.executable, "-m", "litellm_proteus.cli", "distill-static", "--encoder", str(tiny_bert), "--out", str(artifact),
+         "--device", "cpu", "--quiet"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 2 and f"error: --out {artifact} is not empty" in done.stderr, done.stderr[-2000:]
+    assert sorted(p.name for p in artifact.iterdir()) == ["manifest.json"]
