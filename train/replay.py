@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -327,6 +328,8 @@ def parse_tiers(values: list[str] | None, tau_range: tuple[float, float]) -> dic
     tiers = {}
     for value in values:
         name, _, tau = value.partition("=")
+        if name in tiers:
+            raise ValueError(f"--tiers: tier {name!r} is given twice ({tiers[name]:g} and {tau})")
         try:
             tiers[name] = float(tau)
         except ValueError:
@@ -346,11 +349,18 @@ def run(args: argparse.Namespace) -> int:
     from .p_calibration import calibration_report, raw_p
 
     broken = [rule for rule, ok in ((f"0 < --shift-at ({args.shift_at}) < --length ({args.length})", 0 < args.shift_at < args.length),
-                                    (f"--window ({args.window}) <= --length ({args.length})", args.window <= args.length),
+                                    (f"1 <= --window ({args.window}) <= --length ({args.length})", 1 <= args.window <= args.length),
                                     (f"--batch ({args.batch}) >= 1", args.batch >= 1),
-                                    (f"--label-delay ({args.label_delay}) >= 0", args.label_delay >= 0)) if not ok]
+                                    (f"--label-delay ({args.label_delay}) >= 0", args.label_delay >= 0),
+                                    (f"--seed ({args.seed}) >= 0", args.seed >= 0),
+                                    (f"--min-group-rows ({args.min_group_rows}) >= 1", args.min_group_rows >= 1)) if not ok]
     if broken:
         raise ValueError(f"need {'; '.join(broken)}")
+    if any(not math.isfinite(offset) for offset in args.fixed_deltas or ()):
+        raise ValueError(f"--fixed-deltas: offsets must be finite numbers; got {args.fixed_deltas}")
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {args.out} is a file: pass a folder for metrics.json and the figures")
     if any(not 0 <= share <= 1 for share in args.labels):
         raise ValueError(f"--labels: shares must be in [0, 1]; got {args.labels}")
     try:
@@ -370,8 +380,11 @@ def run(args: argparse.Namespace) -> int:
     task = np.asarray(inputs.log.task)
     known = np.flatnonzero(np.isin(inputs.log.split, ["train", "val"]))
     pools = task_pools(list(task[inputs.test_rows]), list(task[known]), inputs.log.scores[known], args.min_group_rows)
+    if set(pools.hardest_tasks) & set(pools.easiest_tasks):  # the shifted streams would replay (part of) the same mix
+        print(f"warning: --min-group-rows {args.min_group_rows} pools tasks into both the hardest and the easiest pool "
+              f"({len(pools.hardest)} and {len(pools.easiest)} test rows): the shift scenarios do not shift the mix",
+              file=sys.stderr)
     test = inputs.test
-    out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics: dict = {
         "artifact": artifact,

@@ -175,4 +175,28 @@ def test_a_stream_shorter_than_its_window_names_the_flags_it_breaks(tmp_path, ca
 
     assert main(["replay", "--out", str(tmp_path), "--length", "400"]) == 2  # --window 500, --shift-at 1000 by default
     err = capsys.readouterr().err
-    assert "error: need 0 < --shift-at (1000) < --length (400); --window (500) <= --length (400)" in err
+    assert "error: need 0 < --shift-at (1000) < --length (400); 1 <= --window (500) <= --length (400)" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--window", "0"], "1 <= --window (0) <= --length (4000)"),
+    (["--seed", "-1"], "--seed (-1) >= 0"),
+    (["--min-group-rows", "-1"], "--min-group-rows (-1) >= 1"),
+    (["--fixed-deltas", "nan", "0.01"], "--fixed-deltas: offsets must be finite numbers"),
+    (["--tiers", "a=0.7", "a=0.8"], "--tiers: tier 'a' is given twice (0.7 and 0.8)"),
+])
+def test_bad_flags_are_refused_naming_them_and_leave_no_out_folder(tmp_path, capsys, argv, message):
+    from litellm_proteus.cli import main
+
+    assert main(["replay", "--out", str(tmp_path / "out"), *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    (tmp_path / "afile").write_text("")
+    assert main(["replay", "--out", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err
+    assert "error: --out" in err and "is a file" in err
