@@ -174,13 +174,16 @@ def format_report(report: list[StateCompliance]) -> str:
 
 
 def format_deployments(report: list[DeploymentFeedback]) -> str:
-    lines = [f"{'deployment':<24} {'model':<28} {'picks':>8} {'failed':>6} {'labels':>6} {'predicted':>9} {'realised [95% CI]':>24} "
-             f"{'residual':>8} {'correction':>10}"]
+    # whole ids and names, however long (a cut one can name two deployments alike)
+    wide_id = max([len("deployment"), *(len(d.deployment_id) for d in report)])
+    wide_model = max([len("model"), *(len(d.model) for d in report)])
+    lines = [f"{'deployment':<{wide_id}} {'model':<{wide_model}} {'picks':>8} {'failed':>6} {'labels':>6} {'predicted':>9} "
+             f"{'realised [95% CI]':>24} {'residual':>8} {'correction':>10}"]
     for d in report:
         labelled = d.labels > 0
         realised = f"{d.realised_accuracy:.3f} [{d.realised_ci95[0]:.3f}, {d.realised_ci95[1]:.3f}]" if labelled else "-"
         lines.append(
-            f"{d.deployment_id[:24]:<24} {d.model[:28]:<28} {d.picks:>8} {d.failed:>6} {d.labels:>6} "
+            f"{d.deployment_id:<{wide_id}} {d.model:<{wide_model}} {d.picks:>8} {d.failed:>6} {d.labels:>6} "
             f"{f'{d.predicted_accuracy:.3f}' if labelled else '-':>9} {realised:>24} "
             f"{f'{d.residual:+.3f}' if labelled else '-':>8} {d.p_correction:>+10.3f}"
         )

@@ -165,7 +165,7 @@ def check_out(out: Path, force: bool) -> None:
         return
     ours = written_files(out)
     raise ValueError(f"--out {out} is not empty ({len(ours)} decision-log / shadow files, "
-                     f"{sum(1 for _ in out.iterdir()) - len(ours)} other entries): a second simulation there would be "
+                     f"{sum(1 for e in out.iterdir() if e.name != MARKER) - len(ours)} other entries): a second simulation there would be "
                      "read as one log with the first (call ids repeat). Use a new folder, or --force to delete its "
                      "decisions-*.jsonl and shadow-*.jsonl files first")
 

@@ -115,6 +115,16 @@ def test_every_attempt_of_a_retried_call_counts_for_its_deployment_and_a_failed_
     assert deployments == {"mixtral": (3, 2), "gpt4": (2, 1)}
 
 
+def test_deployment_ids_and_models_are_printed_whole():
+    from proteus_train.compliance_report import DeploymentFeedback, format_deployments
+
+    long_id, long_model = "sim-zero-one-ai/Yi-34B-Chat-eu-west-1", "zero-one-ai/Yi-34B-Chat-with-a-long-name"
+    fields = {f: 0 for f in DeploymentFeedback.__dataclass_fields__}
+    row = DeploymentFeedback(**{**fields, "deployment_id": long_id, "model": long_model, "realised_ci95": (0.0, 0.0)})
+    table = format_deployments([row])
+    assert long_id in table and long_model in table
+
+
 def test_the_figure_named_without_a_suffix_is_reported_as_the_file_written(tmp_path, capsys):
     write_log(tmp_path / "log")
     assert proteus_cli(["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "report")]) == 0

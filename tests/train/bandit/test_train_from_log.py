@@ -241,6 +241,8 @@ def test_simulate_log_refuses_a_non_empty_out_before_reading_the_data(tmp_path, 
     # --force on a folder simulate-log did not write (a proxy's own log): refused, nothing deleted
     assert main(argv + ["--force"]) == 2 and "deletes only a folder simulate-log wrote" in capsys.readouterr().err
     assert (tmp_path / "decisions-20260101T000000-1-0.jsonl").read_text() == "{}\n"
+    (tmp_path / ".proteus-simulate-log").write_text("")  # simulate-log's own marker is no "other entry"
+    assert main(argv) == 2 and "(1 decision-log / shadow files, 0 other entries)" in capsys.readouterr().err
     (tmp_path / "file").write_text("x")
     assert main(["simulate-log", "--data", "d", "--tiers", "a=0.8", "--out", str(tmp_path / "file")]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
