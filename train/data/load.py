@@ -78,7 +78,7 @@ def load_logs(
     options = LoadOptions(prices=price_table(prices), skip_contaminated=skip_contaminated)
 
     groups: dict[str, list[Table]] = {}
-    skipped: list[str] = []
+    skipped: dict[str, str | None] = {}  # path -> the format it is (None: none recognised)
     for path, from_dir in resolve_files(paths):
         frame = read_table(path)
         if routellm.is_auxiliary(frame):
@@ -88,7 +88,7 @@ def load_logs(
         name = detect_format(frame) if format == "auto" else (format if LOADERS[format].detect(frame) else None)
         if name is None:
             if from_dir:
-                skipped.append(path.as_posix())
+                skipped[path.as_posix()] = detect_format(frame) if format != "auto" else None
                 continue
             if format == "auto":
                 raise _unknown(path, frame)
@@ -96,10 +96,10 @@ def load_logs(
         groups.setdefault(name, []).append(Table(path, frame, from_dir))
     if skipped:
         warnings.warn(f"skipped {len(skipped)} file(s) that are not {format if format != 'auto' else 'routing'} logs: "
-                      f"{skipped}", RoutingLogWarning, stacklevel=2)
+                      f"{list(skipped)}", RoutingLogWarning, stacklevel=2)
     if not groups:
         if skipped and format != "auto":  # files were there, of another format than the one asked for
-            others = sorted({detect_format(read_table(Path(p))) or "unrecognised" for p in skipped})
+            others = sorted({name or "unrecognised" for name in skipped.values()})
             raise ValueError(f"no {format} files in {[str(p) for p in paths]}: its {len(skipped)} file(s) are "
                              f"{', '.join(others)} logs; pass --format auto (the default), or {format} files")
         raise ValueError(f"no routing logs found in {[str(p) for p in paths]} (supported files: "

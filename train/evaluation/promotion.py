@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -98,17 +99,30 @@ def _row_states(data: RoutingLog, calls: dict[str, tuple[str, float]]) -> np.nda
     return np.asarray(out, dtype=object)
 
 
-def artifact_estimates(artifact: str, log_dir: str, cache_dir: str | None, device: str) -> tuple[dict, dict]:
+@dataclass
+class PromotionLog:
+    """The decision log as the promotion check reads it, once for both artifacts."""
+
+    labelled: RoutingLog  # the decisions with feedback and the shadow rows (``load_logs``): the estimates
+    requests: RoutingLog  # every decision, one bandit row each: the costs
+    calls: dict[str, tuple[str, float]]  # ``call_states``
+
+
+def read_log(log_dir: str) -> PromotionLog:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unlabelled requests dropped: counted in the provenance
+        labelled = load_logs(log_dir, format="decision-log")
+        tables = _decision_tables(log_dir)
+        requests = every_request(tables, log_dir)
+    return PromotionLog(labelled, requests, call_states(tables))
+
+
+def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, device: str) -> tuple[dict, dict]:
     """Per compliance state of the log: the artifact's off-policy estimate on its labelled and shadow
     rows, the tau it promises, and the mean cost of the artifact's choices over all its requests; and
     the artifact's manifest data record."""
     model, manifest = load_artifact(artifact)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # unlabelled requests dropped: counted in the provenance
-        data = load_logs(log_dir, format="decision-log").with_models(manifest.models)
-        tables = _decision_tables(log_dir)
-        requests = every_request(tables, log_dir).with_models(manifest.models)
-    calls = call_states(tables)
+    data, requests, calls = log.labelled.with_models(manifest.models), log.requests.with_models(manifest.models), log.calls
     encoder = artifact_encoder(manifest.encoder, Path(artifact), cache_dir, device, precision="fp32")
     prompts = list(dict.fromkeys([*data.prompts, *requests.prompts]))
     embedding = dict(zip(prompts, encoder.encode(prompts, progress=False)))
@@ -117,10 +131,8 @@ def artifact_estimates(artifact: str, log_dir: str, cache_dir: str | None, devic
         emb = np.stack([embedding[p] for p in log.prompts])
         tau = np.where(np.isfinite(log.logged_tau), log.logged_tau, manifest.tau_range[0])
         # routed at the tau the proxy routed it at; a slot that was not a candidate (no logged cost) is never chosen
-        with warnings.catch_warnings():  # a slot no request had as a candidate: its mean cost is NaN and never used
-            warnings.filterwarnings("ignore", "Mean of empty slice", RuntimeWarning)
-            return route_log(model, manifest, emb, log.costs, tau, draws=np.array([mixing_draw(p) for p in log.prompts]),
-                             candidates=np.isfinite(log.costs))
+        return route_log(model, manifest, emb, log.costs, tau, draws=np.array([mixing_draw(p) for p in log.prompts]),
+                         candidates=np.isfinite(log.costs))
 
     routed, served = route(data), route(requests)
     rows = BanditRows(data.scores, data.logged_choice, data.propensity)
@@ -195,11 +207,10 @@ def overlap_warning(record: dict, log_record: dict) -> str | None:
 
 
 def promotion_report(new_artifact: str, old_artifact: str, log_dir: str, cache_dir: str | None, device: str) -> dict:
-    new, new_record = artifact_estimates(new_artifact, log_dir, cache_dir, device)
-    old, _ = artifact_estimates(old_artifact, log_dir, cache_dir, device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        log_record = load_logs(log_dir, format="decision-log").provenance
+    log = read_log(log_dir)
+    new, new_record = artifact_estimates(new_artifact, log, cache_dir, device)
+    old, _ = artifact_estimates(old_artifact, log, cache_dir, device)
+    log_record = log.labelled.provenance
     promote, reasons = verdict(new, old)
     overlap = overlap_warning(new_record, log_record)
     return {"artifact": new_artifact, "baseline_artifact": old_artifact, "log": log_dir, "log_provenance": log_record,
