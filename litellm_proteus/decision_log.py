@@ -700,11 +700,12 @@ class DecisionLogWriter:
                 if record["type"] == "decision":
                     self._index_backlog.append(("decision", index_key(settings.redis_key_prefix, record["call_id"]),
                                                 owner_token(record.get("key_hash")), compact(index_entry(record)),
-                                                record["call_id"], str(record.get("prompt_sha256") or "")))
+                                                record["call_id"], str(record.get("prompt_sha256") or ""),
+                                                repr(float(record["ts"]))))
                 elif record["type"] == "outcome":
                     self._index_backlog.append(("outcome", index_key(settings.redis_key_prefix, record["call_id"]),
                                                 "" if owner is NO_OWNER else owner_token(owner),
-                                                compact(outcome_summary(record)), record["call_id"], ""))
+                                                compact(outcome_summary(record)), record["call_id"], "", ""))
         overflow = len(self._index_backlog) - settings.queue_size  # bounded like the queue: the oldest go
         for _ in range(max(0, overflow)):
             self._index_backlog.popleft()
@@ -720,8 +721,8 @@ class DecisionLogWriter:
             pipe = self.redis.pipeline(transaction=False)
             for line in stream:
                 pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
-            for field, key, owner, payload, _, prompt in index:
-                pipe.eval(INDEX_SCRIPT, 1, key, field, owner, payload, ttl, prompt)
+            for field, key, owner, payload, _, prompt, ts in index:
+                pipe.eval(INDEX_SCRIPT, 1, key, field, owner, payload, ttl, prompt, ts)
             results = pipe.execute()[len(stream):]
         except Exception as exc:  # redis.RedisError, OSError: the files still have every record
             self.redis_skipped += len(stream)  # a stream entry is not re-sent: it may have been added
@@ -729,7 +730,7 @@ class DecisionLogWriter:
             self._warnings.warn("redis", "PROTEUS decision log: Redis write failed (files unaffected; the index is "
                                 "re-sent with the next write): %s", exc)
             return
-        for (field, _, _, _, call_id, _), kept in zip(index, results):
+        for (field, _, _, _, call_id, _, _), kept in zip(index, results):
             self._index_backlog.popleft()
             if field == "decision" and not kept:
                 self.index_conflicts += 1
@@ -741,14 +742,17 @@ class DecisionLogWriter:
 
 # The Redis index: one hash per call id, ``<prefix><call_id>``, fields ``owner`` (the JSON of the key
 # hash that indexed it first), ``decision`` (its index entry), ``prompt`` (its prompt hash), ``outcome``
-# (the latest outcome summary) and ``feedback`` (the duplicate check).  A decision of the owner that
-# routes another prompt is another request under a reused call id (``call_requests``): its call's
-# outcome and feedback check start afresh.  No call id reaches another call's key or fields.
+# (the latest outcome summary) and ``feedback`` (the duplicate check: the ``ts`` of the decision the
+# score was for).  A decision of the owner that routes another prompt, or that is newer than the
+# decision its call's feedback scored, is another request under a reused call id (``call_requests``):
+# its call's outcome and feedback check start afresh.  (The scored decision itself may be indexed after
+# its feedback: the writer lags.)  No call id reaches another call's key or fields.
 INDEX_OWNER, INDEX_DECISION, INDEX_OUTCOME, INDEX_FEEDBACK = "owner", "decision", "outcome", "feedback"
 
 # KEYS[1]: the call's hash; ARGV: field (decision | outcome), owner token ("" = unknown), payload, ttl,
-# prompt hash (a decision's).  A decision sets the owner when there is none; neither is written over
-# another owner's (returns 0); a decision for another prompt drops the call's outcome and feedback.
+# prompt hash and ts (a decision's).  A decision sets the owner when there is none; neither is written
+# over another owner's (returns 0); a decision for another prompt, or newer than the scored one, drops
+# the call's outcome and feedback.
 # A value of another type there (an index of an earlier release) is replaced.
 INDEX_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -757,7 +761,10 @@ local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner and ARGV[2] ~= '' and owner ~= ARGV[2] then return 0 end
 if ARGV[1] == 'decision' then
   local prompt = redis.call('HGET', KEYS[1], 'prompt')
-  if prompt and prompt ~= ARGV[5] then redis.call('HDEL', KEYS[1], 'feedback', 'outcome') end
+  local scored = tonumber(redis.call('HGET', KEYS[1], 'feedback') or '')
+  if (prompt and prompt ~= ARGV[5]) or (scored and tonumber(ARGV[6]) > scored) then
+    redis.call('HDEL', KEYS[1], 'feedback', 'outcome')
+  end
   redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'decision', ARGV[3], 'prompt', ARGV[5])
 else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
@@ -766,11 +773,12 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# The duplicate check: HSETNX ``feedback``; a hash with no expiry yet gets ``ttl`` (ARGV[1]).
+# The duplicate check: HSETNX ``feedback`` to the scored decision's ts (ARGV[2]); a hash with no expiry
+# yet gets ``ttl`` (ARGV[1]).
 CLAIM_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
-local fresh = redis.call('HSETNX', KEYS[1], 'feedback', '1')
+local fresh = redis.call('HSETNX', KEYS[1], 'feedback', ARGV[2])
 if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return fresh
 """

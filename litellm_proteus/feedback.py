@@ -189,8 +189,10 @@ class FeedbackDesk:
         with self._lock:
             known = self._decisions.get(call_id)
             if known is None or known.get("key_hash") == entry.get("key_hash"):  # a retry of the same key's call
-                if known is not None and known.get("prompt_sha256") != entry.get("prompt_sha256"):
-                    # another prompt: another request reusing the call id (``call_requests``), scored afresh
+                if known is not None and (known.get("prompt_sha256") != entry.get("prompt_sha256")
+                                          or call_id in self._scored):
+                    # another prompt, or a decision after the call's feedback (a retry never follows
+                    # it): another request reusing the call id (``call_requests``), scored afresh
                     self._scored.pop(call_id, None)
                     self._outcomes.pop(call_id, None)
                 self._decisions[call_id] = entry
@@ -302,13 +304,13 @@ class FeedbackDesk:
             )
         if outcome is not None and outcome_of(decision, outcome):
             refuse_unanswered(call_id, decision, outcome)
-        self._claim(call_id)
+        self._claim(call_id, float(decision["ts"]))
         if not self.append(feedback_record(call_id, score, source, ts=now)):
             self._release(call_id)
             raise FeedbackError("decision log queue is full; retry later", 503)
         return decision
 
-    def _claim(self, call_id: str) -> None:
+    def _claim(self, call_id: str, decision_ts: float) -> None:
         """Take the call's one score.  Redis, when it answers, decides for every worker (its index
         starts a reused call id's new request afresh); this process's memory decides while it is down."""
         duplicate = FeedbackError(f"call_id {call_id!r} already has feedback", 409, "call_id")
@@ -316,7 +318,7 @@ class FeedbackDesk:
         if self.redis is not None:
             try:
                 fresh = bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
-                                             max(1, int(self.settings.feedback_max_age_s))))
+                                             max(1, int(self.settings.feedback_max_age_s)), repr(decision_ts)))
             except Exception:  # Redis down: this process's memory is what there is
                 fresh = None
         with self._lock:

@@ -203,8 +203,19 @@ def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_in_memory(lo
     again = {**decision("reused", ts=time.time() - 2), "prompt_sha256": prompt_sha256("another question")}
     assert desk.remember(again)  # another prompt under the id: another request, scored afresh
     assert desk.accept("reused", 0.0)["prompt_sha256"] == again["prompt_sha256"]
-    assert desk.remember({**again, "ts": time.time() - 1})  # a retry of that request: the same prompt
     assert refused(desk, "reused", 1.0).status == 409
+
+
+def test_a_call_id_reused_for_the_same_prompt_after_its_feedback_is_another_request_in_memory(log):
+    _, _, desk = log()
+    first, retry = decision("asked-twice", ts=time.time() - 3), decision("asked-twice", ts=time.time() - 2.5)
+    assert desk.remember(first) and desk.remember(retry)  # a retry before feedback: one request
+    desk.accept("asked-twice", 1.0)
+    assert refused(desk, "asked-twice", 1.0).status == 409
+    again = decision("asked-twice", ts=time.time() - 1)  # the same prompt asked again after its score
+    assert desk.remember(again)
+    assert desk.accept("asked-twice", 0.0)["ts"] == again["ts"]  # as call_requests reads the log
+    assert refused(desk, "asked-twice", 0.0).status == 409
 
 
 def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_on_every_worker(log, redis_server):
@@ -223,6 +234,24 @@ def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_on_every_wor
     assert clients[0].hget("proteus:decision:reused-2", "feedback") is None  # the new request's check is fresh
     assert worker_c.accept("reused-2", 0.0)["prompt_sha256"] == again["prompt_sha256"]
     assert refused(worker_c, "reused-2", 0.0).status == 409
+
+
+def test_a_call_id_reused_for_the_same_prompt_after_its_feedback_is_another_request_on_every_worker(log, redis_server):
+    clients = [redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000)) for _ in range(2)]
+    (_, writer, desk), (_, _, worker_b) = (log(client) for client in clients)
+    first = decision("asked-twice-2", ts=time.time() - 3)
+    desk.remember(first)
+    assert desk.accept("asked-twice-2", 1.0)["ts"] == first["ts"]  # scored before the writer indexed it
+    writer.submit(first)
+    assert writer.flush()  # its decision indexed after its own feedback keeps the score
+    assert refused(worker_b, "asked-twice-2", 1.0).status == 409
+    assert refused(desk, "asked-twice-2", 1.0).status == 409
+    again = decision("asked-twice-2", ts=time.time() - 1)  # the same prompt, asked again after the score
+    desk.remember(again)
+    writer.submit(again)
+    assert writer.flush()
+    assert worker_b.accept("asked-twice-2", 0.0)["ts"] == again["ts"]  # as call_requests reads the log
+    assert refused(desk, "asked-twice-2", 0.0).status == 409
 
 # -- 3. memory -----------------------------------------------------------------------------------------------
 def test_the_index_keeps_no_prompt_and_only_the_chosen_candidate(log, tmp_path, redis_server):
