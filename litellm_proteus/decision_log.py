@@ -774,10 +774,15 @@ return 1
 """
 
 # The duplicate check: HSETNX ``feedback`` to the scored decision's ts (ARGV[2]); a hash with no expiry
-# yet gets ``ttl`` (ARGV[1]).
+# yet gets ``ttl`` (ARGV[1]).  A claim for a decision older than the indexed one (a score taken while
+# Redis was down, told late, when the call id has since routed another request) changes nothing.
 CLAIM_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
+local ok, indexed = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'decision') or '')
+if ok and type(indexed) == 'table' and tonumber(indexed['ts']) and tonumber(indexed['ts']) > tonumber(ARGV[2]) then
+  return 1
+end
 local fresh = redis.call('HSETNX', KEYS[1], 'feedback', ARGV[2])
 if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return fresh

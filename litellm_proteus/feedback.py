@@ -174,7 +174,8 @@ class FeedbackDesk:
         self.conflicts = 0  # decisions not remembered: their call id was another key's
         self._decisions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()  # each call's latest outcome
-        self._scored: OrderedDict[str, None] = OrderedDict()
+        self._scored: OrderedDict[str, float] = OrderedDict()  # call id -> ts of the decision its score was for
+        self._unsent_claims: OrderedDict[str, float] = OrderedDict()  # scores taken while Redis was down
         self._lock = threading.Lock()
         self._warnings = RateLimitedWarnings(logger, 30.0)
 
@@ -224,13 +225,13 @@ class FeedbackDesk:
         """Take over ``other``'s remembered decisions, outcomes and scored call ids (the desk of an
         earlier decision-log configuration), newest kept within ``index_size``; this desk's own stay newer."""
         with other._lock:
-            decisions, outcomes, scored = list(other._decisions.items()), list(other._outcomes.items()), list(other._scored)
+            decisions, outcomes, scored = list(other._decisions.items()), list(other._outcomes.items()), list(other._scored.items())
         with self._lock:
             mine, self._decisions = self._decisions, OrderedDict(decisions)
             self._decisions.update(mine)
             my_outcomes, self._outcomes = self._outcomes, OrderedDict(outcomes)
             self._outcomes.update(my_outcomes)
-            self._scored = OrderedDict.fromkeys([*scored, *self._scored])
+            self._scored = OrderedDict([*scored, *self._scored.items()])
             for table in (self._decisions, self._outcomes, self._scored):
                 while len(table) > self.settings.index_size:
                     table.popitem(last=False)
@@ -317,21 +318,42 @@ class FeedbackDesk:
         fresh = None
         if self.redis is not None:
             try:
-                fresh = bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
-                                             max(1, int(self.settings.feedback_max_age_s)), repr(decision_ts)))
+                self._send_unsent_claims()
+                fresh = self._redis_claim(call_id, decision_ts)
             except Exception:  # Redis down: this process's memory is what there is
                 fresh = None
         with self._lock:
-            if fresh is False or (fresh is None and call_id in self._scored):
+            scored = self._scored.get(call_id)
+            # this process's memory refuses too: a Redis restarted empty has forgotten the claims it took
+            # (``scored`` is the decision its score was for; a newer decision is another request)
+            if fresh is False or (scored is not None and decision_ts <= scored):
                 raise duplicate
-            self._scored[call_id] = None
+            self._scored[call_id] = decision_ts
             self._scored.move_to_end(call_id)
-            while len(self._scored) > self.settings.index_size:
-                self._scored.popitem(last=False)
+            if fresh is None and self.redis is not None:  # told to Redis when it answers again, for the other workers
+                self._unsent_claims[call_id] = decision_ts
+            for table in (self._scored, self._unsent_claims):
+                while len(table) > self.settings.index_size:
+                    table.popitem(last=False)
+
+    def _redis_claim(self, call_id: str, decision_ts: float) -> bool:
+        return bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
+                                    max(1, int(self.settings.feedback_max_age_s)), repr(decision_ts)))
+
+    def _send_unsent_claims(self) -> None:
+        """Claim in Redis the scores this process took while Redis was down (a Redis error propagates)."""
+        with self._lock:
+            unsent = list(self._unsent_claims.items())
+        for call_id, decision_ts in unsent:
+            self._redis_claim(call_id, decision_ts)
+            with self._lock:
+                if self._unsent_claims.get(call_id) == decision_ts:
+                    del self._unsent_claims[call_id]
 
     def _release(self, call_id: str) -> None:
         with self._lock:
             self._scored.pop(call_id, None)
+            self._unsent_claims.pop(call_id, None)
         if self.redis is not None:
             try:
                 self.redis.hdel(index_key(self.settings.redis_key_prefix, call_id), INDEX_FEEDBACK)

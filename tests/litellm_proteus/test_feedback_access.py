@@ -253,6 +253,52 @@ def test_a_call_id_reused_for_the_same_prompt_after_its_feedback_is_another_requ
     assert worker_b.accept("asked-twice-2", 0.0)["ts"] == again["ts"]  # as call_requests reads the log
     assert refused(desk, "asked-twice-2", 0.0).status == 409
 
+def test_a_score_is_refused_again_by_the_worker_that_took_it_after_redis_restarts_empty(log, redis_server):
+    from .conftest import start_redis
+
+    client = redis_client(RedisSettings(url=redis_server.url, timeout_ms=300))
+    _, writer, desk = log(client)
+    first = decision("restarted-1", ts=time.time() - 2)
+    desk.remember(first)
+    writer.submit(first)
+    assert writer.flush()
+    desk.accept("restarted-1", 1.0)  # claimed in Redis
+    redis_server.stop()
+    restarted = start_redis(redis_server.port)  # no persistence: every claim is gone
+    try:
+        assert client.hget("proteus:decision:restarted-1", "feedback") is None
+        assert refused(desk, "restarted-1", 0.0).status == 409  # this worker's memory still knows
+    finally:
+        restarted.stop()
+
+
+def test_a_score_taken_while_redis_was_down_is_told_to_redis_when_it_answers_again(log, tmp_path):
+    from .conftest import start_redis
+
+    server = start_redis(directory=tmp_path)
+    clients = [redis_client(RedisSettings(url=server.url, timeout_ms=300)) for _ in range(2)]
+    (_, writer, desk), (_, _, other_worker) = (log(client) for client in clients)
+    first = decision("outage-1", ts=time.time() - 2)
+    desk.remember(first)
+    writer.submit(first)
+    assert writer.flush()
+    clients[0].save()  # the index survives the outage; no claim is in it yet
+    server.stop()
+    restarted = None
+    try:
+        desk.accept("outage-1", 1.0)  # Redis down: taken on this worker's memory
+        assert refused(desk, "outage-1", 1.0).status == 409
+        restarted = start_redis(server.port, tmp_path)
+        assert clients[1].hget("proteus:decision:outage-1", "feedback") is None
+        assert refused(desk, "outage-1", 0.0).status == 409  # and now Redis holds its claim too
+        assert clients[1].hget("proteus:decision:outage-1", "feedback") is not None
+        assert refused(other_worker, "outage-1", 0.0).status == 409  # for every worker
+    finally:
+        for running in (restarted, server):
+            if running is not None:
+                running.stop()
+
+
 # -- 3. memory -----------------------------------------------------------------------------------------------
 def test_the_index_keeps_no_prompt_and_only_the_chosen_candidate(log, tmp_path, redis_server):
     client = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
