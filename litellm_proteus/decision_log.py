@@ -109,7 +109,10 @@ def decision_record(
     artifact: str,
     log_prompt: bool,
     ts: float | None = None,
+    tau_served: float | None = None,
 ) -> dict[str, Any]:
+    """A decision record (docs/decision-log.md).  ``tau_served``: ``tau`` clamped into the artifact's
+    range, the tau the state answers for; recorded only where it differs from ``tau``."""
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "type": "decision",
@@ -121,6 +124,7 @@ def decision_record(
         "state_key": state_key,
         "tau": tau,
         "tau_requested": tau_requested,
+        **({"tau_served": tau_served} if tau_served is not None and tau_served != tau else {}),
         "tau_effective": tau_effective,
         "delta": delta,
         "mu": mu,
@@ -803,7 +807,7 @@ def outcome_summary(outcome: Mapping[str, Any]) -> dict[str, Any]:
     return {k: outcome.get(k) for k in ("schema", "type", "call_id", "ts", "deployment_id", "success", "error")}
 
 
-INDEX_FIELDS = ("schema", "type", "call_id", "ts", "key_hash", "tier", "tau_source", "state_key", "tau",
+INDEX_FIELDS = ("schema", "type", "call_id", "ts", "key_hash", "tier", "tau_source", "state_key", "tau", "tau_served",
                 "tau_effective", "model_group", "artifact", "prompt_sha256")
 
 

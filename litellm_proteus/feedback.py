@@ -434,6 +434,11 @@ def _post_feedback(url: str, body: dict[str, Any], api_key: str | None, timeout_
         raise FeedbackError(f"proxy URL {short_repr(url)} needs http:// or https:// (e.g. http://127.0.0.1:4000)", 400)
     target = url.rstrip("/") + FEEDBACK_ROUTE
     try:
+        parsed = httpx.URL(url)
+        if not parsed.host:
+            raise httpx.InvalidURL("it names no host")
+        if parsed.port is not None and not 1 <= parsed.port <= 65535:
+            raise httpx.InvalidURL(f"port {parsed.port} is not in 1-65535")
         response = httpx.post(
             target, json=body, headers={"Authorization": f"Bearer {api_key}"} if api_key else {}, timeout=timeout_s
         )

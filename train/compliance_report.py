@@ -71,10 +71,13 @@ def request_cost(row: LoggedDecision) -> float:
 
 
 def target_tau(row: LoggedDecision) -> float:
-    """The accuracy the request was promised (``tau``; records without it: tau_effective - delta)."""
+    """The accuracy the request's state answers for: ``tau_served`` (the promise clamped into the
+    artifact's range, recorded where clamping moved it), else ``tau``; records without either:
+    tau_effective - delta."""
     decision = row.decision
-    if isinstance(decision.get("tau"), (int, float)):
-        return float(decision["tau"])
+    for field in ("tau_served", "tau"):
+        if isinstance(decision.get(field), (int, float)):
+            return float(decision[field])
     return float(decision["tau_effective"]) - float(decision.get("delta") or 0.0)
 
 

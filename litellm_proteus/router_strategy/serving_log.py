@@ -166,6 +166,7 @@ def log_routed(
         state_key=state_key,
         tau=resolution.tau,
         tau_requested=resolution.requested,
+        tau_served=strategy.engine.predictor.taus.effective(resolution.tau)[0],
         tau_effective=float(decision.tau_effective),
         delta=float(control.delta),
         mu=float(decision.mu),

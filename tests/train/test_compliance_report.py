@@ -8,7 +8,8 @@ import pytest
 
 from litellm_proteus.cli import main as proteus_cli
 from litellm_proteus.config import DecisionLogSettings
-from litellm_proteus.decision_log import DecisionLogWriter, LoggedCandidate, decision_record, feedback_record, outcome_record
+from litellm_proteus.decision_log import (DecisionLogWriter, LoggedCandidate, decision_record, feedback_record, iter_records,
+                                          outcome_record)
 from proteus_train.compliance_report import wilson_interval
 
 
@@ -159,20 +160,24 @@ def test_shadow_rows_and_judge_feedback_beside_the_decisions(tmp_path, capsys):
 
 
 def test_requests_that_sent_their_own_tau_are_a_row_of_their_own_beside_their_tier(tmp_path):
-    """Three requests of a standard key (tier tau 0.82) and three that asked for 0.1 (served in the
-    state of the clamped tau): two rows, each with one tau, as the controller keeps them."""
+    """Three requests of a standard key (tier tau 0.82), three that asked for 0.1 and three for 0.95
+    or 1.0 (each served in the state of its tau clamped into the artifact's range, 0.7821-0.8521):
+    three rows, each at the one tau its state answers for, as the controller and the gauges keep them."""
     writer = DecisionLogWriter(DecisionLogSettings(dir=str(tmp_path / "log")))
-    for i in range(6):
-        own = i % 2 == 1
+    own = {1: (0.1, 0.7821, "tau:0.7825"), 4: (0.1, 0.7821, "tau:0.7825"), 7: (0.1, 0.7821, "tau:0.7825"),
+           2: (0.95, 0.8521, "tau:0.85"), 5: (1.0, 0.8521, "tau:0.85"), 8: (0.95, 0.8521, "tau:0.85")}
+    for i in range(9):
+        asked, served, state = own.get(i, (None, 0.82, "tier:standard@0.82"))
         writer.submit(decision_record(
-            call_id=f"c{i}", key_hash=None, tier="standard", tau_source="request" if own else "redis",
-            state_key="tau:0.7825" if own else "tier:standard@0.82", tau=0.1 if own else 0.82,
-            tau_requested=0.1 if own else None, tau_effective=0.7821 if own else 0.82, delta=0.0, mu=0.5,
-            model_group="g", candidates=[LoggedCandidate("b", 0, "strong", 0.01, 0.9)], chosen=0, propensity=1.0,
-            prompt=f"q{i}", artifact="", log_prompt=False, ts=100.0 + i))
+            call_id=f"c{i}", key_hash=None, tier="standard", tau_source="request" if asked else "redis",
+            state_key=state, tau=asked or 0.82, tau_requested=asked, tau_served=served, tau_effective=served,
+            delta=0.0, mu=0.5, model_group="g", candidates=[LoggedCandidate("b", 0, "strong", 0.01, 0.9)], chosen=0,
+            propensity=1.0, prompt=f"q{i}", artifact="", log_prompt=False, ts=100.0 + i))
     assert writer.flush()
     writer.close()
+    assert [("tau_served" in r) for r in iter_records(tmp_path / "log")] == [False, True, True] * 3  # where clamping moved it
     argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
     assert proteus_cli(argv) == 0
     states = {t["state_key"]: (t["tier"], t["requests"], t["tau"]) for t in json.loads((tmp_path / "c.json").read_text())["states"]}
-    assert states == {"tier:standard@0.82": ("standard", 3, pytest.approx(0.82)), "tau:0.7825": ("standard", 3, pytest.approx(0.1))}
+    assert states == {"tier:standard@0.82": ("standard", 3, pytest.approx(0.82)),
+                      "tau:0.7825": ("standard", 3, pytest.approx(0.7821)), "tau:0.85": ("standard", 3, pytest.approx(0.8521))}

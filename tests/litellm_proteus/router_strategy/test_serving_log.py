@@ -84,6 +84,25 @@ def test_a_retried_call_logs_its_decisions_and_outcomes_and_takes_feedback(steer
     assert [r["score"] for r in records() if r["type"] == "feedback"] == [0.5]
 
 
+def test_a_request_tau_beyond_the_artifacts_range_logs_the_tau_its_state_answers_for(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    directory = tmp_path / "log"
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", disable_cooldowns=True,
+                            routing_strategy_args={"artifact": str(steerable_artifact), "decision_log": {"dir": str(directory)},
+                                                   "allow_raise": {"standard": True}})
+    top = router.proteus_strategy.engine.predictor.taus.hi
+
+    async def ask(tau, call_id):
+        await router.acompletion(model="proteus-auto", messages=QUESTION, metadata={"tau": tau}, litellm_call_id=call_id)
+
+    for call_id, tau in (("above", 0.999), ("inside", top)):
+        asyncio.run(ask(tau, call_id))
+    assert wait_for(lambda: {r["call_id"] for r in iter_records(directory) if r["type"] == "decision"} == {"above", "inside"})
+    decisions = {r["call_id"]: r for r in iter_records(directory) if r["type"] == "decision"}
+    above, inside = decisions["above"], decisions["inside"]
+    assert (above["tau"], above["tau_requested"], above["tau_served"]) == (0.999, 0.999, pytest.approx(top))
+    assert above["state_key"] == inside["state_key"] and "tau_served" not in inside  # one state; recorded where clamped
+
+
 def test_a_decision_the_full_queue_dropped_takes_no_feedback(steerable_artifact, tmp_path, upstream, monkeypatch):  # noqa: F811
     from litellm_proteus.router_strategy.patch import active_strategy
 
