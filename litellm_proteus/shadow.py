@@ -193,8 +193,12 @@ class ShadowEvaluator:
         day, total = await self.budget.areserve(reserved)
         shadow_metrics.record_budget(total)
         if day is None:
-            self._skip("budget", "budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until 00:00 UTC",
-                       self.budget.cap_usd)
+            if self.budget.unavailable():  # a spend that cannot be checked against the shared cap is not made
+                self._skip("budget_unavailable", "budget_unavailable", "PROTEUS shadow: the daily budget in Redis cannot "
+                           "be read; no shadow calls until Redis answers (%.4f USD spent today as last read)", total)
+            else:
+                self._skip("budget", "budget", "PROTEUS shadow: daily budget of %.4f USD spent; no shadow calls until "
+                           "00:00 UTC", self.budget.cap_usd)
             return None
         spend: list[float] = []  # the real cost of each call made
         try:

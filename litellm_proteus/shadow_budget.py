@@ -274,6 +274,10 @@ class DailyBudget:
         with self._lock:
             return self._seen.get(day, 0.0) + sum(usd for _, _, d, usd in self._pending if d == day)
 
+    def unavailable(self) -> bool:
+        """Whether a configured Redis failed within ``retry_after_s``: reservations are refused meanwhile."""
+        return self.redis is not None and not self._use_redis()
+
     def _use_redis(self) -> bool:
         return self.redis is not None and time.monotonic() >= self._redis_down_until
 

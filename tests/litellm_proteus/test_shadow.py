@@ -416,6 +416,26 @@ def test_concurrent_jobs_stay_within_the_daily_budget_and_every_paid_answer_is_j
     assert budget.spent() == pytest.approx(2 * (SHADOW_CALL_USD + 2 * JUDGE_CALL_USD)) and budget.spent() <= 0.012
 
 
+def test_a_job_whose_budget_redis_is_down_is_skipped_as_unavailable_not_as_spent(tmp_path, monkeypatch, redis_server, caplog):
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
+
+    async def shadow_upstream(request: httpx.Request) -> httpx.Response:
+        return completion("shadow answer")
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5)
+    shadow = evaluator(tmp_path, judge_max_tokens=2000)
+    shadow.budget = DailyBudget(5.0, client, "t:unavailable:", retry_after_s=30.0)
+    redis_server.stop()
+    before = shadow_metrics.snapshot()
+    with caplog.at_level("WARNING", logger="litellm_proteus"):
+        rows = run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP]), 2, shadow_upstream)
+    after = shadow_metrics.snapshot()
+    assert rows == [None, None]  # nothing spent without the shared cap
+    assert after.get("skipped:budget_unavailable", 0) - before.get("skipped:budget_unavailable", 0) == 2
+    assert after.get("skipped:budget", 0) == before.get("skipped:budget", 0)  # the budget is not spent
+    assert "cannot be read" in caplog.text and "budget of 5.0000 USD spent" not in caplog.text
+
+
 def test_a_judge_model_that_is_no_model_group_spends_nothing(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
     calls: list[httpx.Request] = []
