@@ -292,7 +292,10 @@ class FeedbackDesk:
         score, call_id, source = parse_score(score), parse_call_id(call_id), parse_source(source)
         decision, outcome = self.find(call_id)
         if decision is None:
-            raise FeedbackError(f"unknown call_id {call_id!r}: no decision for it (or older than the index keeps)", 404, "call_id")
+            raise FeedbackError(
+                f"unknown call_id {call_id!r}: no decision for it, or it is older than the decision index keeps "
+                f"(decision_log.feedback_max_age_s {self.settings.feedback_max_age_s:g}s in Redis; the last "
+                f"{self.settings.index_size} decisions of each worker in memory): too late, or never routed", 404, "call_id")
         self.authorize(call_id, decision, caller)
         now = time.time() if now is None else now
         age = now - float(decision["ts"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 
 from .feedback import send_feedback
@@ -31,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from .feedback import append_to_log_dir
 
+    if args.max_age_s is not None:
+        if args.log is None:
+            raise ValueError("--max-age-s applies to --log only (a proxy refuses late feedback by its own "
+                             "decision_log.feedback_max_age_s)")
+        if not math.isfinite(args.max_age_s) or args.max_age_s <= 0:
+            raise ValueError(f"--max-age-s must be a number of seconds > 0; got {args.max_age_s!r}")
     if args.log is not None:
         decision = append_to_log_dir(args.log, args.call_id, args.score, args.source, args.max_age_s)
         answer = {"call_id": decision["call_id"], "state_key": decision.get("state_key"), "score": args.score}

@@ -144,6 +144,9 @@ def test_offline_feedback_into_a_log_folder_and_the_cli(log, tmp_path, capsys):
         (["feedback", "c1", "1.5", "--log", str(directory)], "score must be a number in [0, 1]"),
         (["feedback", "c2", "1", "--log", str(directory)], "already has feedback"),
         (["feedback", "c1", "1", "--log", str(tmp_path / "missing")], "does not exist"),
+        *((["feedback", "c3", "1", "--log", str(directory), "--max-age-s", bad], "--max-age-s must be a number of seconds > 0")
+          for bad in ("nan", "inf", "0", "-1")),
+        (["feedback", "c3", "1", "--url", "http://127.0.0.1:1", "--max-age-s", "60"], "--max-age-s applies to --log only"),
     ):
         assert proteus_cli(argv) == 2
         error = capsys.readouterr().err
