@@ -201,9 +201,10 @@ def deployment_prices(
     then LiteLLM's cost map (overriding only the output price keeps the map's input price, as
     LiteLLM's own spend tracking does).  An override that is not a number >= 0 is a
     DeploymentMappingError naming it; no input price anywhere -> None; no output price -> 0."""
-    name = deployment.get("model_name", "?")
+    name = f"deployment {deployment_id(deployment) or '?'!r} (group {deployment.get('model_name', '?')!r}, model " \
+           f"{(deployment.get('litellm_params') or {}).get('model', '?')!r})"
     overrides = {
-        where: {f: _override_price(deployment.get(where), f, f"deployment {name!r}: {where}") for f in PRICE_FIELDS}
+        where: {f: _override_price(deployment.get(where), f, f"{name}: {where}") for f in PRICE_FIELDS}
         for where in ("litellm_params", "model_info")
     }
     chosen: dict[str, tuple[float, str]] = {}

@@ -169,6 +169,7 @@ def test_an_invalid_price_override_is_an_error_naming_it(value):
     with pytest.raises(DeploymentMappingError) as info:
         deployment_prices(bad, {"known-model": {"input_cost_per_token": 3e-6}})
     assert "litellm_params.output_cost_per_token" in str(info.value) and ">= 0" in str(info.value)
+    assert "deployment 'a' (group 'proteus-auto', model 'openai/known-model')" in str(info.value)  # which of the group's
     engine = DecisionEngine(manifest_double(), CONFIG, cost_map={})
     bad["model_info"]["proteus_model"] = SLOTS[0]
     with pytest.raises(DeploymentMappingError, match="output_cost_per_token"):
