@@ -41,6 +41,7 @@ CONFIG_PATH = "router_settings.routing_strategy_args"
 ENV_PREFIX = "os.environ/"
 DEFAULT_TIERS: dict[str, float] = {"premium": 0.85, "standard": 0.82, "economy": 0.79}
 NULL_MEANS = "proteus_null_means"  # a field's json_schema_extra: what null does, said in its errors' allowed values
+VALUES_ALLOWED = "proteus_values_allowed"  # a mapping field's json_schema_extra: what each of its values takes
 _BOUND_ERRORS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal")
 
 
@@ -205,7 +206,8 @@ class ProteusConfig(BaseModel):
     predictor_options: PredictorOptions = Field(default_factory=PredictorOptions)
     groups: list[str] = Field(default_factory=lambda: ["proteus-auto"], min_length=1)
     default_tier: str = "standard"
-    tiers: dict[str, Number] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1)
+    tiers: dict[str, Number] = Field(default_factory=lambda: dict(DEFAULT_TIERS), min_length=1,
+                                     json_schema_extra={VALUES_ALLOWED: "a number in (0, 1]"})
     allow_raise: dict[str, StrictBool] = Field(default_factory=dict)
     tier_metadata_key: str = Field("proteus_tier", min_length=1, description="key/team metadata field naming the tier")
     redis: RedisSettings | None = None
@@ -353,6 +355,9 @@ def _type_at(model: type[BaseModel], loc: tuple) -> tuple[Any, list]:
 def _allowed_values(model: type[BaseModel], loc: tuple) -> str:
     """What a field takes: its type and bounds (``a number >= 0 and <= 1``), and what null does where
     it declares that (``NULL_MEANS``)."""
+    mapping = _field_at(model, loc[:-1]) if len(loc) > 1 and _field_at(model, loc) is None else None
+    if mapping is not None and isinstance(mapping.json_schema_extra, dict) and VALUES_ALLOWED in mapping.json_schema_extra:
+        return str(mapping.json_schema_extra[VALUES_ALLOWED])
     annotation, metadata = _type_at(model, loc)
     options = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, UnionType) else []
     optional = len(options) == 1 and len(get_args(annotation)) == 2  # ``X | None``: X, or null

@@ -30,7 +30,7 @@ def test_defaults_are_valid_and_documented_fields_exist():
         ({"redis": {"timeout_ms": 0}}, "routing_strategy_args.redis.timeout_ms: Input should be greater than 0 (allowed: a number > 0 and <= 10000)"),
         ({"groups": []}, "routing_strategy_args.groups"),
         ({"tierz": {}}, "routing_strategy_args.tierz: Extra inputs are not permitted"),
-        ({"tiers": {"premium": True}}, "routing_strategy_args.tiers.premium: Input should be a valid number (allowed: a number)"),
+        ({"tiers": {"premium": True}}, "routing_strategy_args.tiers.premium: Input should be a valid number (allowed: a number in (0, 1])"),
         ({"tier_metadata_key": ""}, "routing_strategy_args.tier_metadata_key"),
         ({"compliance": {"enabled": "maybe"}}, "routing_strategy_args.compliance.enabled: Input should be a valid boolean (allowed: true or false)"),
         ({"exploration": {"rate": "high"}}, "routing_strategy_args.exploration.rate: Input should be a valid number, unable to parse string as a number (allowed: a number >= 0.0 and <= 1.0)"),

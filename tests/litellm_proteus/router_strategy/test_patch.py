@@ -288,7 +288,7 @@ def test_predictor_options_reach_the_predictor(steerable_artifact):
     ("exploration: {rate: true}", "exploration.rate: Input should be a valid number (allowed: a number >= 0.0 and <= 1.0)"),
     ("redis: {url: 'redis://127.0.0.1:1/0', timeout_ms: true}",
      "redis.timeout_ms: Input should be a valid number (allowed: a number > 0 and <= 10000)"),
-    ("tiers: {premium: true, standard: 0.82}", "tiers.premium: Input should be a valid number (allowed: a number)"),
+    ("tiers: {premium: true, standard: 0.82}", "tiers.premium: Input should be a valid number (allowed: a number in (0, 1])"),
 ], ids=["exploration-rate", "redis-timeout", "tier-tau"])
 def test_a_yaml_boolean_for_a_number_is_refused_at_start_and_in_an_update(steerable_artifact, yaml_args, problem):
     """Read as 1 by pydantic's lax mode, these would explore on every request, give Redis 1 ms, or a
