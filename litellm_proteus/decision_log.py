@@ -746,17 +746,16 @@ class DecisionLogWriter:
 
 # The Redis index: one hash per call id, ``<prefix><call_id>``, fields ``owner`` (the JSON of the key
 # hash that indexed it first), ``decision`` (its index entry), ``prompt`` (its prompt hash), ``outcome``
-# (the latest outcome summary) and ``feedback`` (the duplicate check: the ``ts`` of the decision the
-# score was for).  A decision of the owner that routes another prompt, or that is newer than the
-# decision its call's feedback scored, is another request under a reused call id (``call_requests``):
-# its call's outcome and feedback check start afresh.  (The scored decision itself may be indexed after
-# its feedback: the writer lags.)  No call id reaches another call's key or fields.
+# (the latest outcome summary) and ``feedback`` (the duplicate check: when the score was taken).  A
+# decision of the owner that routes another prompt, or that was made after its call's score, is another
+# request under a reused call id (``call_requests``): its call's outcome and feedback check start afresh.
+# (A decision made before the score may be indexed after it: the writer lags.)  No call id reaches another call's key or fields.
 INDEX_OWNER, INDEX_DECISION, INDEX_OUTCOME, INDEX_FEEDBACK = "owner", "decision", "outcome", "feedback"
 
 # KEYS[1]: the call's hash; ARGV: field (decision | outcome), owner token ("" = unknown), payload, ttl,
 # prompt hash and ts (a decision's).  A decision sets the owner when there is none; neither is written
-# over another owner's (returns 0); a decision for another prompt, or newer than the scored one, drops
-# the call's outcome and feedback.
+# over another owner's (returns 0); a decision for another prompt, or made after the call's score,
+# drops the call's outcome and feedback.
 # A value of another type there (an index of an earlier release) is replaced.
 INDEX_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -777,9 +776,9 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# The duplicate check: HSETNX ``feedback`` to the scored decision's ts (ARGV[2]); a hash with no expiry
-# yet gets ``ttl`` (ARGV[1]).  A claim for a decision older than the indexed one (a score taken while
-# Redis was down, told late, when the call id has since routed another request) changes nothing.
+# The duplicate check: HSETNX ``feedback`` to when the score was taken (ARGV[2]); a hash with no expiry
+# yet gets ``ttl`` (ARGV[1]).  A claim older than the indexed decision (a score taken while Redis was
+# down, told late, when the call id has since routed another request) changes nothing.
 CLAIM_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end

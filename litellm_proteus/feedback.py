@@ -174,7 +174,7 @@ class FeedbackDesk:
         self.conflicts = 0  # decisions not remembered: their call id was another key's
         self._decisions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()  # each call's latest outcome
-        self._scored: OrderedDict[str, float] = OrderedDict()  # call id -> ts of the decision its score was for
+        self._scored: OrderedDict[str, float] = OrderedDict()  # call id -> when its score was taken
         self._unsent_claims: OrderedDict[str, float] = OrderedDict()  # scores taken while Redis was down
         self._lock = threading.Lock()
         self._warnings = RateLimitedWarnings(logger, 30.0)
@@ -308,13 +308,13 @@ class FeedbackDesk:
             )
         if outcome is not None and outcome_of(decision, outcome):
             refuse_unanswered(call_id, decision, outcome)
-        self._claim(call_id, float(decision["ts"]))
+        self._claim(call_id, float(decision["ts"]), now)
         if not self.append(feedback_record(call_id, score, source, ts=now)):
             self._release(call_id)
             raise FeedbackError("decision log queue is full; retry later", 503)
         return decision
 
-    def _claim(self, call_id: str, decision_ts: float) -> None:
+    def _claim(self, call_id: str, decision_ts: float, now: float) -> None:
         """Take the call's one score.  Redis, when it answers, decides for every worker (its index
         starts a reused call id's new request afresh); this process's memory decides while it is down."""
         duplicate = FeedbackError(f"call_id {call_id!r} already has feedback", 409, "call_id")
@@ -322,35 +322,35 @@ class FeedbackDesk:
         if self.redis is not None:
             try:
                 self._send_unsent_claims()
-                fresh = self._redis_claim(call_id, decision_ts)
+                fresh = self._redis_claim(call_id, now)
             except Exception:  # Redis down: this process's memory is what there is
                 fresh = None
         with self._lock:
             scored = self._scored.get(call_id)
             # this process's memory refuses too: a Redis restarted empty has forgotten the claims it took
-            # (``scored`` is the decision its score was for; a newer decision is another request)
+            # (``scored``: when the call's score was taken; a decision after it is another request)
             if fresh is False or (scored is not None and decision_ts <= scored):
                 raise duplicate
-            self._scored[call_id] = decision_ts
+            self._scored[call_id] = now
             self._scored.move_to_end(call_id)
             if fresh is None and self.redis is not None:  # told to Redis when it answers again, for the other workers
-                self._unsent_claims[call_id] = decision_ts
+                self._unsent_claims[call_id] = now
             for table in (self._scored, self._unsent_claims):
                 while len(table) > self.settings.index_size:
                     table.popitem(last=False)
 
-    def _redis_claim(self, call_id: str, decision_ts: float) -> bool:
+    def _redis_claim(self, call_id: str, scored_at: float) -> bool:
         return bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
-                                    max(1, int(self.settings.feedback_max_age_s)), repr(decision_ts)))
+                                    max(1, int(self.settings.feedback_max_age_s)), repr(scored_at)))
 
     def _send_unsent_claims(self) -> None:
         """Claim in Redis the scores this process took while Redis was down (a Redis error propagates)."""
         with self._lock:
             unsent = list(self._unsent_claims.items())
-        for call_id, decision_ts in unsent:
-            self._redis_claim(call_id, decision_ts)
+        for call_id, scored_at in unsent:
+            self._redis_claim(call_id, scored_at)
             with self._lock:
-                if self._unsent_claims.get(call_id) == decision_ts:
+                if self._unsent_claims.get(call_id) == scored_at:
                     del self._unsent_claims[call_id]
 
     def _release(self, call_id: str) -> None:

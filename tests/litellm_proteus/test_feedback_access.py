@@ -212,7 +212,8 @@ def test_a_call_id_reused_for_the_same_prompt_after_its_feedback_is_another_requ
     assert desk.remember(first) and desk.remember(retry)  # a retry before feedback: one request
     desk.accept("asked-twice", 1.0)
     assert refused(desk, "asked-twice", 1.0).status == 409
-    again = decision("asked-twice", ts=time.time() - 1)  # the same prompt asked again after its score
+    time.sleep(0.002)
+    again = decision("asked-twice", ts=time.time())  # the same prompt asked again after its score
     assert desk.remember(again)
     assert desk.accept("asked-twice", 0.0)["ts"] == again["ts"]  # as call_requests reads the log
     assert refused(desk, "asked-twice", 0.0).status == 409
@@ -239,14 +240,16 @@ def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_on_every_wor
 def test_a_call_id_reused_for_the_same_prompt_after_its_feedback_is_another_request_on_every_worker(log, redis_server):
     clients = [redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000)) for _ in range(2)]
     (_, writer, desk), (_, _, worker_b) = (log(client) for client in clients)
-    first = decision("asked-twice-2", ts=time.time() - 3)
+    first, retry = decision("asked-twice-2", ts=time.time() - 3), decision("asked-twice-2", ts=time.time() - 2)
     desk.remember(first)
     assert desk.accept("asked-twice-2", 1.0)["ts"] == first["ts"]  # scored before the writer indexed it
     writer.submit(first)
-    assert writer.flush()  # its decision indexed after its own feedback keeps the score
+    writer.submit(retry)  # a retry routed before the score, on a worker whose writer lags
+    assert writer.flush()  # decisions made before the score, indexed after it, keep the score
     assert refused(worker_b, "asked-twice-2", 1.0).status == 409
     assert refused(desk, "asked-twice-2", 1.0).status == 409
-    again = decision("asked-twice-2", ts=time.time() - 1)  # the same prompt, asked again after the score
+    time.sleep(0.002)
+    again = decision("asked-twice-2", ts=time.time())  # the same prompt, asked again after the score
     desk.remember(again)
     writer.submit(again)
     assert writer.flush()
