@@ -222,6 +222,16 @@ def log_file_name(pid: int, n: int, now: float | None = None, prefix: str = FILE
     return f"{prefix}{stamp}-{pid}-{n}{FILE_SUFFIX}"
 
 
+def append_records(directory: str | Path, records: Sequence[Mapping[str, Any]]) -> None:
+    """``records`` appended to a file of this process's own in the log folder ``directory``, outside any
+    writer: offline feedback, and an outcome whose decision's writer a settings change closed.  OSError
+    when the folder cannot be written."""
+    now = time.time()
+    path = Path(directory) / log_file_name(os.getpid(), 0, now)
+    with open(path, "a", encoding="utf-8", opener=private_opener(dir_file_mode(directory))) as handle:
+        handle.write("".join(compact(record) + "\n" for record in records))
+
+
 TEXT_FIELDS = ("prompt", "response")  # the bulky fields a record over max_bytes gives up first
 
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -47,12 +46,11 @@ from .config import DecisionLogSettings
 from .compliance_metrics import record_call_id_conflict
 from .decision_log import (
     CLAIM_SCRIPT,
-    dir_file_mode,
-    private_opener,
     INDEX_DECISION,
     INDEX_FEEDBACK,
     INDEX_OUTCOME,
     NO_OWNER,
+    append_records,
     chosen_deployment_id,
     index_entry,
     index_key,
@@ -61,7 +59,6 @@ from .decision_log import (
     call_requests,
     iter_records,
     latest_outcome,
-    log_file_name,
     outcome_of,
 )
 from .observability import RateLimitedWarnings
@@ -420,9 +417,7 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
     now = time.time()
     if max_age_s is not None and now - float(decision["ts"]) > max_age_s:
         raise FeedbackError(f"feedback for {call_id!r} is late: its decision is older than {max_age_s:g}s", 410, "call_id")
-    path = Path(directory) / log_file_name(os.getpid(), 0, now)
-    with open(path, "a", encoding="utf-8", opener=private_opener(dir_file_mode(directory))) as handle:
-        handle.write(json.dumps(feedback_record(call_id, score, source, ts=now), separators=(",", ":")) + "\n")
+    append_records(directory, [feedback_record(call_id, score, source, ts=now)])
     return decision
 
 

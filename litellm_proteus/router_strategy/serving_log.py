@@ -26,6 +26,8 @@ the new folder.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import uuid
 from typing import Any, Sequence
@@ -37,6 +39,7 @@ from ..decision_log import (
     WRITE_TIMEOUT_S,
     DecisionLogWriter,
     LoggedCandidate,
+    append_records,
     decision_record,
     outcome_record,
     redis_client,
@@ -44,14 +47,17 @@ from ..decision_log import (
 from ..compliance import Control
 from ..costs import deployment_id
 from ..engine import Routed, ScoredDeployment, TauResolution
-from ..request import METADATA_KEYS, ProteusRequest, failed_deployment_ids
+from ..request import METADATA_KEYS, ProteusRequest, failed_deployment_ids, short_repr
 from ..tiers import hash_key
 from ..feedback import FeedbackDesk
 from ..shadow import SHADOW_METADATA_KEY, ShadowEvaluator, ShadowJob, job_candidates, response_text
 from ..shadow_budget import CLIENT_NAME as SHADOW_CLIENT_NAME
 from ..shadow_budget import DailyBudget
 
+logger = logging.getLogger("litellm_proteus.serving_log")
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
+# the desk of the last writer released: a log turned off and on again takes its feedback index back
+_retired_desk: list[FeedbackDesk] = []
 attempts = AttemptLedger()  # the open PROTEUS picks of each request of this process
 _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
@@ -96,6 +102,7 @@ def shared_decision_log(config: ProteusConfig, replaces: FeedbackDesk | None = N
             writer_client = redis_client(config.redis, WRITE_TIMEOUT_S) if config.redis else None
             writer = DecisionLogWriter(settings, writer_client, retry_after_s=retry, owns_redis=True)
             desk = FeedbackDesk(settings, writer.submit, client)
+            replaces = replaces or next(iter(_retired_desk), None)
             if replaces is not None:  # decisions routed under the earlier configuration keep their feedback
                 desk.adopt(replaces)
             writer.on_unlogged = _forget  # a decision the writer could not log takes no feedback
@@ -124,6 +131,7 @@ def release_unused(live: Sequence[Any]) -> int:
         writer.close(wait=False)  # off the caller's thread: the writer ends once its queue is written
         if desk.redis is not None:  # the desk's own client (the writer's has its own timeout)
             desk.redis.close()
+        _retired_desk[:] = [desk]  # its in-memory index answers while Redis is down or not configured
     for evaluator in evaluators:
         evaluator.close()
     return len(logs) + len(evaluators)
@@ -190,7 +198,8 @@ def log_routed(
         strategy.feedback_desk.forget(record)
     key = request_key(request_kwargs)
     if key is not None:
-        attempts.open(key, Attempt(deployment_id(scored[decision.index].deployment), strategy, record["key_hash"]))
+        attempts.open(key, Attempt(deployment_id(scored[decision.index].deployment), strategy, record["key_hash"],
+                                   strategy.decision_log.settings.dir))
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):
@@ -258,19 +267,35 @@ def deployment_by_id(strategy: Any, model_id: str) -> dict | None:
 def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_cost: float | None = None,
                    latency_ms: float | None = None, error: str | None = None, response: str | None = None,
                    client_disconnected: bool = False) -> None:
-    """The outcome record of one pick, in the log of the strategy that logged its decision (or of the
-    strategy a settings change put in its place); the feedback desk learns it too."""
+    """The outcome record of one pick, beside its decision: in the log of the strategy that logged the
+    decision (or of the strategy a settings change put in its place, while it logs to the same folder;
+    a change that turned the log off or moved it leaves the outcome a file of its own in the decision's
+    folder); the feedback desk learns it too."""
     strategy = current_strategy(attempt.owner)
-    if strategy is None or getattr(strategy, "decision_log", None) is None:
+    writer = getattr(strategy, "decision_log", None)
+    if writer is None and attempt.log_dir is None:
         return
     record = outcome_record(call_id=call_id, deployment_id=attempt.deployment_id, success=success,
                             response_cost=response_cost, latency_ms=latency_ms, error=error, response=response,
                             client_disconnected=client_disconnected)
-    strategy.decision_log.submit(record, attempt.key_hash)
-    if strategy.feedback_desk is not None:
+    if attempt.log_dir is not None and (writer is None or not same_folder(writer.settings.dir, attempt.log_dir)):
+        try:
+            append_records(attempt.log_dir, [record])
+        except OSError as exc:
+            logger.warning("PROTEUS decision log: the outcome of call %s could not be written beside its decision "
+                           "in %s: %s", short_repr(call_id), attempt.log_dir, exc)
+    else:
+        writer.submit(record, attempt.key_hash)
+    if strategy is None:
+        return
+    if getattr(strategy, "feedback_desk", None) is not None:
         strategy.feedback_desk.settle(record, attempt.key_hash)
     if (not success or client_disconnected) and getattr(strategy, "shadow", None) is not None:
         strategy.shadow.forget(call_id)  # only a pick's whole answer is judged
+
+
+def same_folder(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _error_messages(attempt: Attempt) -> bool:
@@ -342,14 +367,16 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
     if attempt is None:
         return
     owner = current_strategy(attempt.owner)
-    if owner is None or owner.decision_log is None:
+    if owner is None or (owner.decision_log is None and attempt.log_dir is None):
         return
+    # the log settings of the strategy serving now (none, since a change turned the log off: the strict ones)
+    settings = owner.config.decision_log if owner.decision_log is not None else None
     try:
         latency_ms: float | None = (end_time - start_time).total_seconds() * 1000.0
     except (TypeError, AttributeError):
         latency_ms = None
     cost = kwargs.get("response_cost")
-    error = None if success else error_text(kwargs.get("exception"), owner.config.decision_log.log_prompts)
+    error = None if success else error_text(kwargs.get("exception"), bool(settings and settings.log_prompts))
     disconnected = success and client_disconnected(kwargs)
     shadow = getattr(owner, "shadow", None)
     if shadow is not None and success and not disconnected:  # a stream's callback carries the assembled response
@@ -361,7 +388,7 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
         response_cost=float(cost) if isinstance(cost, (int, float)) else None,
         latency_ms=latency_ms,
         error=error,
-        response=response_text(response) if success and owner.config.decision_log.log_responses else None,
+        response=response_text(response) if success and settings is not None and settings.log_responses else None,
         client_disconnected=disconnected,
     )
 

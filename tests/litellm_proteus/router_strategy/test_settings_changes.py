@@ -126,6 +126,53 @@ def test_a_pick_in_flight_across_a_decision_log_change_is_logged_and_takes_feedb
     assert submit_to_strategy(new, "inflight-1", 1.0, "api")["call_id"] == "inflight-1"
 
 
+def test_an_outcome_in_flight_across_a_decision_log_change_is_written_beside_its_decision(steerable_artifact, tmp_path, upstream,  # noqa: F811
+                                                                                        monkeypatch):
+    """The log moved to another folder, or turned off, while the upstream answers: the pick's outcome
+    goes to the folder that holds its decision, not to the new one (nor nowhere)."""
+    from litellm_proteus.decision_log import iter_records
+    from litellm_proteus.router_strategy import proteus_hook
+
+    monkeypatch.setattr(litellm, "callbacks", [proteus_hook])  # the outcome callbacks, as the proxy's config loads them
+
+    async def slow(request):
+        await asyncio.sleep(0.6)
+        return httpx.Response(200, json=completion_body("slow"))
+
+    for answer in upstream.values():
+        answer.mock(side_effect=slow)
+    args = base_args(steerable_artifact, "moving", decision_log={"dir": str(tmp_path / "A")})
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+
+    async def change_while_answering(call_id, changed):
+        pick = asyncio.create_task(router.acompletion(model="proteus-auto", messages=QUESTION, litellm_call_id=call_id,
+                                                      metadata={}))
+        await asyncio.sleep(0.3)  # routed and logged; the upstream is still answering
+        router.update_settings(routing_strategy_args=changed)
+        await pick
+        await asyncio.sleep(0.3)  # LiteLLM runs its success callbacks as tasks of this loop
+
+    moved = copy.deepcopy(args)
+    moved["decision_log"] = {"dir": str(tmp_path / "B")}
+    asyncio.run(change_while_answering("moved-1", moved))
+    router.update_settings(routing_strategy_args=args)  # back to A
+    asyncio.run(change_while_answering("off-1", base_args(steerable_artifact, "moving")))  # no decision_log
+    in_a = lambda: {(r["type"], r["call_id"]) for r in iter_records(tmp_path / "A")}  # noqa: E731
+    expected = {(kind, call_id) for kind in ("decision", "outcome") for call_id in ("moved-1", "off-1")}
+    assert wait_for(lambda: expected <= in_a()), in_a()
+    assert not (tmp_path / "B").exists() or not any(r["type"] == "outcome" for r in iter_records(tmp_path / "B"))
+
+
+def test_a_decision_log_turned_off_and_on_again_keeps_its_feedback_index(steerable_artifact, tmp_path, upstream):  # noqa: F811
+    args = base_args(steerable_artifact, "toggled", decision_log={"dir": str(tmp_path / "log")})
+    router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
+    [before] = route(router, 1, "before-off")
+    router.update_settings(routing_strategy_args=base_args(steerable_artifact, "toggled"))  # the log off
+    assert router.proteus_strategy.feedback_desk is None
+    router.update_settings(routing_strategy_args=args)  # and on again, no Redis: the index was in memory only
+    assert submit_to_strategy(router.proteus_strategy, before, 1.0, "api")["call_id"] == before
+
+
 def test_a_compliance_settings_change_keeps_the_state_of_the_same_tier_and_tau(steerable_artifact, upstream):  # noqa: F811
     args = base_args(steerable_artifact, "kept")
     args["compliance"]["window"] = 123  # settings of its own: a controller no other router shares
