@@ -61,6 +61,7 @@ class BanditRows:
     logged_choice: np.ndarray  # [N] slot, -1 = full-information row
     propensity: np.ndarray  # [N]
     clip: float = 20.0
+    groups: np.ndarray | None = None  # [N] the prompt of each row: a prompt asked again is no new sample
     labelled_slots: np.ndarray = field(init=False)  # [K] bool: some bandit row labels this slot
 
     def __post_init__(self) -> None:
@@ -113,19 +114,23 @@ class BanditRows:
         observed = np.nan_to_num(self.scores[rows, choice])  # full-information rows
         return np.where(bandit, np.where(choice == self.logged_choice, weight * label, 0.0), observed)
 
+    def observed_rows(self, choice: np.ndarray) -> np.ndarray:
+        """The full-information rows (ascending) that scored the policy's choice: an unbiased sample of
+        the policy's accuracy without the head (shadow rows are drawn at random, and so are the
+        candidates they call)."""
+        return np.flatnonzero((self.logged_choice < 0) & np.isfinite(self.scores[np.arange(len(choice)), choice]))
+
     def observed_scores(self, choice: np.ndarray, first: int | None = None) -> np.ndarray:
-        """The full-information rows' scores of the policy's choice, where that slot was scored: an
-        unbiased sample of the policy's accuracy without the head (shadow rows are drawn at random,
-        and so are the candidates they call).  ``first``: among the first rows only."""
-        full = self.logged_choice[:first] < 0
-        values = self.scores[np.arange(len(choice)), choice][:first][full]
-        return values[np.isfinite(values)]
+        """Those rows' scores of the choice; ``first``: among the first rows only."""
+        rows = self.observed_rows(choice)
+        rows = rows[rows < first] if first is not None else rows
+        return self.scores[rows, choice[rows]]
 
     def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:
         terms, match = self.dr_terms(choice, q)
         n = len(terms)
         mean = float(terms.mean()) if n else math.nan
-        half = Z_95 * float(terms.std(ddof=1)) / math.sqrt(n) if n > 1 else math.inf
+        half = Z_95 * standard_error(terms, self.groups)
         weight = np.minimum(1.0 / self.propensity, self.clip)
         logged = np.where(self.logged_choice >= 0, self.logged_choice, 0)
         y = np.nan_to_num(self.scores[np.arange(n), logged])
@@ -139,12 +144,26 @@ class BanditRows:
                         float(unsupported.mean()) if n else 0.0)
 
 
-def lower_bound(terms: np.ndarray, z: float) -> float:
-    """One-sided lower confidence bound mean - z * SE of per-row estimates."""
+def standard_error(terms: np.ndarray, groups: np.ndarray | None = None) -> float:
+    """The standard error of the mean of per-row estimates (inf below 2 rows).  With ``groups`` (each
+    row's prompt), clustered by prompt: rows of one prompt asked again are one sample, not several
+    (with one row per prompt, the plain standard error)."""
     n = len(terms)
     if n < 2:
+        return math.inf
+    if groups is None:
+        return float(terms.std(ddof=1)) / math.sqrt(n)
+    _, cluster = np.unique(np.asarray(groups), return_inverse=True)
+    sums = np.bincount(cluster.ravel(), weights=terms - terms.mean())
+    g = len(sums)
+    return math.sqrt(g / (g - 1) * float((sums ** 2).sum())) / n if g > 1 else math.inf
+
+
+def lower_bound(terms: np.ndarray, z: float, groups: np.ndarray | None = None) -> float:
+    """One-sided lower confidence bound mean - z * SE of per-row estimates (``standard_error``)."""
+    if len(terms) < 2:
         return -math.inf
-    return float(terms.mean() - z * terms.std(ddof=1) / math.sqrt(n))
+    return float(terms.mean() - z * standard_error(terms, groups))
 
 
 @dataclass

@@ -322,7 +322,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     if config.calibrate and data.bandit:  # a log too thin to vouch for any point is refused before PPO
         calib_idx = np.concatenate([cal_val, cal_train])
         bandit_rows = BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
-                                 clip=config.propensity_clip)
+                                 clip=config.propensity_clip, groups=np.asarray(data.prompts, dtype=object)[calib_idx])
         require_validation_rows(bandit_rows, len(cal_val), data.models)
 
     t0 = time.perf_counter()

@@ -145,7 +145,8 @@ def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, 
     for state in sorted(set(request_state.tolist()) | set(row_state.tolist())):
         sel, req = row_state == state, request_state == state
         if sel.any():
-            part = BanditRows(data.scores[sel], data.logged_choice[sel], data.propensity[sel])
+            part = BanditRows(data.scores[sel], data.logged_choice[sel], data.propensity[sel],
+                              groups=np.asarray(data.prompts, dtype=object)[sel])  # a prompt asked again: one sample
             part.labelled_slots = rows.labelled_slots  # support is a property of the whole log
             est = part.estimate(routed.choice[sel], routed.p[sel].astype(np.float64)).to_dict()
         else:  # requests, none labelled or shadowed: nothing to estimate it on

@@ -3,6 +3,8 @@ doubly robust head targets."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from proteus_train.off_policy import (
     OffPolicySupportWarning,
     Support,
     lower_bound,
+    standard_error,
     tau_intervals,
 )
 from proteus_train.off_policy_calibration import (
@@ -133,16 +136,32 @@ def test_a_point_is_bounded_by_its_validation_rows_where_training_rows_flatter_i
     choice = np.zeros(100, dtype=int)
     dr = np.r_[scores[:20, 0], np.ones(80)]
     bound, check = point_bound(rows, choice, dr, n_val=20, z=1.645, full_rows=False)
-    assert bound == pytest.approx(0.3) and check["head_free_lower"] == pytest.approx(0.3)
+    validation = lower_bound(scores[:20, 0], 1.645)  # 0.3 less its noise: the validation rows' own bound
+    assert validation < 0.3 and bound == pytest.approx(validation) and check["head_free_lower"] == pytest.approx(validation, abs=1e-5)
     assert point_bound(rows, choice, dr, n_val=19, z=1.645, full_rows=False)[0] == -np.inf  # too few to vouch
-    # with shadow rows their own scores bound it too, capped by the validation shadow rows
+    # with shadow rows their own scores bound it too, capped by the validation shadow rows' bound
     full = np.array([[0.0, 1.0]] * 8 + [[1.0, 1.0]] * 12)
     mixed = BanditRows(np.r_[full, scores[20:]], np.r_[np.full(20, -1), np.zeros(80, dtype=int)],
                        np.r_[np.full(20, np.nan), np.ones(80)])
     bound, check = point_bound(mixed, choice, np.ones(100), n_val=20, z=1.645, full_rows=True)
-    expected = min(lower_bound(full[:, 0], 1.645), 0.6)  # pooled bound, capped by the validation shadow rows' mean
+    expected = lower_bound(full[:, 0], 1.645)  # the validation shadow rows are all of them here
     assert check["full_information_rows"] == 20 and check["full_information_lower"] == pytest.approx(expected, abs=1e-5)
     assert bound == pytest.approx(max(expected, check["head_free_lower"]), abs=1e-5)  # the tighter head-free bound
+
+
+def test_bounds_count_a_prompt_asked_again_as_one_sample():
+    rng = np.random.default_rng(0)
+    once = rng.integers(0, 2, 200).astype(float)
+    repeated = np.repeat(once, 10)  # each prompt asked 10 times, its outcome the same each time
+    prompts = np.repeat(np.arange(200), 10)
+    assert standard_error(once, np.arange(200)) == pytest.approx(standard_error(once))  # one row per prompt: plain
+    # the rows alone read 10x the samples (SE / sqrt(10)); clustered, the 200 prompts are what there is
+    assert standard_error(repeated) == pytest.approx(standard_error(once) / math.sqrt(10), rel=0.01)
+    assert standard_error(repeated, prompts) == pytest.approx(standard_error(once), rel=0.01)
+    assert lower_bound(repeated, 1.645, prompts) == pytest.approx(lower_bound(once, 1.645), rel=0.01)
+    rows = BanditRows(repeated[:, None], np.full(2000, -1), np.full(2000, np.nan), groups=prompts)
+    half = rows.estimate(np.zeros(2000, dtype=int), np.full((2000, 1), 0.5)).to_dict()["ci95"]
+    assert half[1] - half[0] == pytest.approx(2 * 1.959964 * standard_error(once), rel=0.02)
 
 
 def test_propensities_outside_zero_one_are_refused_by_name():

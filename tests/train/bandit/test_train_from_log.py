@@ -70,6 +70,13 @@ def logged(tmp_path_factory):
                    "--exploration-rate", "0", "--shadow-share", "0.5", "--cache-dir", base / "cache")
     assert done.returncode == 0, done.stderr[-3000:]
     logs["shadow"] = json.loads(done.stdout)
+    # exploration and shadow rows together: a bandit log of this size alone vouches for no tau (its
+    # validation rows' own bound decides), so the training tests read this one
+    done = proteus("simulate-log", "--data", sure, "--split", "train", "--artifact", DEFAULT_ARTIFACT_DIR, "--config", config,
+                   "--out", base / "explore-shadow", "--requests", "600", "--label-share", "0.5", "--exploration-rate", "0.5",
+                   "--shadow-share", "0.5", "--cache-dir", base / "cache")
+    assert done.returncode == 0, done.stderr[-3000:]
+    logs["explore-shadow"] = json.loads(done.stdout)
     return base, logs
 
 
@@ -104,7 +111,7 @@ def test_simulated_log_is_rotated_jsonl_in_the_proxys_schema(logged):
 
 def test_train_from_the_decision_log_with_init_records_provenance_and_support(logged):
     base, _ = logged
-    done = train_process(base / "explore", base / "from-log", "--init", DEFAULT_ARTIFACT_DIR)
+    done = train_process(base / "explore-shadow", base / "from-log", "--init", DEFAULT_ARTIFACT_DIR)
     manifest = read_manifest(base / "from-log")
     record = manifest.data.model_dump()
     assert record["source"] == "decision-log"
@@ -122,8 +129,8 @@ def test_train_from_the_decision_log_with_init_records_provenance_and_support(lo
 
 def test_the_head_is_refitted_on_doubly_robust_targets_by_default(logged):
     base, _ = logged
-    done_dr = train_process(base / "explore", base / "dr-art", "--init", DEFAULT_ARTIFACT_DIR)
-    done_none = train_process(base / "explore", base / "none-art", "--init", DEFAULT_ARTIFACT_DIR,
+    done_dr = train_process(base / "explore-shadow", base / "dr-art", "--init", DEFAULT_ARTIFACT_DIR)
+    done_none = train_process(base / "explore-shadow", base / "none-art", "--init", DEFAULT_ARTIFACT_DIR,
                               "--propensity-weighting", "none")
     assert "doubly robust refit" in done_dr.stderr and "doubly robust refit" not in done_none.stderr
     assert read_manifest(base / "dr-art").training["config"]["propensity_weighting"] == "dr"
@@ -191,7 +198,7 @@ def test_bad_flags_end_with_an_error(logged):
 def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
     base, _ = logged
     if not (base / "from-log").exists():
-        train_process(base / "explore", base / "from-log", "--init", DEFAULT_ARTIFACT_DIR)
+        train_process(base / "explore-shadow", base / "from-log", "--init", DEFAULT_ARTIFACT_DIR)
     done = proteus("eval", "--artifact", base / "from-log", "--log", base / "greedy", "--out", base / "promo",
                    "--cache-dir", base / "cache")
     assert done.returncode in (0, 3), done.stderr[-3000:]
