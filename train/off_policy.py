@@ -159,11 +159,18 @@ def standard_error(terms: np.ndarray, groups: np.ndarray | None = None) -> float
     return math.sqrt(g / (g - 1) * float((sums ** 2).sum())) / n if g > 1 else math.inf
 
 
-def lower_bound(terms: np.ndarray, z: float, groups: np.ndarray | None = None) -> float:
-    """One-sided lower confidence bound mean - z * SE of per-row estimates (``standard_error``)."""
+def lower_bound(terms: np.ndarray, z: float, groups: np.ndarray | None = None, future: int | None = None) -> float:
+    """One-sided lower confidence bound mean - z * SE of per-row estimates (``standard_error``).  With
+    ``future``, the bound also covers the accuracy measured on a future sample of that many prompts,
+    m (1 - m) / future added to the variance (m: the mean), as the full-information calibration's
+    margin does (train/pipeline.py)."""
     if len(terms) < 2:
         return -math.inf
-    return float(terms.mean() - z * standard_error(terms, groups))
+    mean, se = float(terms.mean()), standard_error(terms, groups)
+    if future:
+        m = min(max(mean, 0.0), 1.0)
+        se = math.sqrt(se ** 2 + m * (1 - m) / future)
+    return mean - z * se
 
 
 @dataclass

@@ -22,7 +22,9 @@ prefers.  So each point's bound is also capped by bounds that do not use the hea
   logs missed test floors by up to 1.6 pp: docs/learn-from-traffic.md).
 
 Every bound clusters its standard error by prompt (``BanditRows.groups``): traffic asks some prompts
-again and again, and a repeat is not a new sample.
+again and again, and a repeat is not a new sample.  And every bound covers a future sample as large
+as the validation split (``lower_bound``'s ``future``), as the full-information calibration's margin
+does: the promise is about the traffic to come, not the rows at hand.
 
 When no supported point's bound reaches the bottom of the tau range + margin, nothing can be
 promised from the log: training stops with ``UnsupportedLogError`` (exit 2) instead of writing an
@@ -159,9 +161,11 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
         if n_first < MIN_MATCHED:
             return -np.inf
         first_groups = None if groups is None else groups[:n_first]
-        return min(lower_bound(values, z, groups), lower_bound(values[:n_first], z, first_groups))
+        return min(lower_bound(values, z, groups, future), lower_bound(values[:n_first], z, first_groups, future))
 
     groups = rows.groups
+    # the promise holds on new traffic: a future sample as large as the validation split (its prompts)
+    future = n_val if groups is None else len(np.unique(np.asarray(groups[:n_val])))
     head_free = rows.head_free_terms(choice)
     parts = {"head_free_lower": capped(head_free, groups, n_val)}
     if full_rows:
@@ -171,7 +175,7 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
         parts["full_information_rows"] = len(observed)
     # both head-free bounds hold; with shadow rows the tighter of the two caps the DR bound
     head_free_bound = max(parts["head_free_lower"], parts.get("full_information_lower", -np.inf))
-    bound = min(-np.inf if np.isnan(b) else b for b in (lower_bound(dr_terms, z, groups), head_free_bound))
+    bound = min(-np.inf if np.isnan(b) else b for b in (lower_bound(dr_terms, z, groups, future), head_free_bound))
     check = {k: (round(float(v), 5) if np.isfinite(v) else None) if isinstance(v, float) else v for k, v in parts.items()}
     return bound, check
 

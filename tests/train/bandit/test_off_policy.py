@@ -136,7 +136,7 @@ def test_a_point_is_bounded_by_its_validation_rows_where_training_rows_flatter_i
     choice = np.zeros(100, dtype=int)
     dr = np.r_[scores[:20, 0], np.ones(80)]
     bound, check = point_bound(rows, choice, dr, n_val=20, z=1.645, full_rows=False)
-    validation = lower_bound(scores[:20, 0], 1.645)  # 0.3 less its noise: the validation rows' own bound
+    validation = lower_bound(scores[:20, 0], 1.645, future=20)  # 0.3 less its noise and a future sample's
     assert validation < 0.3 and bound == pytest.approx(validation) and check["head_free_lower"] == pytest.approx(validation, abs=1e-5)
     assert point_bound(rows, choice, dr, n_val=19, z=1.645, full_rows=False)[0] == -np.inf  # too few to vouch
     # with shadow rows their own scores bound it too, capped by the validation shadow rows' bound
@@ -144,7 +144,7 @@ def test_a_point_is_bounded_by_its_validation_rows_where_training_rows_flatter_i
     mixed = BanditRows(np.r_[full, scores[20:]], np.r_[np.full(20, -1), np.zeros(80, dtype=int)],
                        np.r_[np.full(20, np.nan), np.ones(80)])
     bound, check = point_bound(mixed, choice, np.ones(100), n_val=20, z=1.645, full_rows=True)
-    expected = lower_bound(full[:, 0], 1.645)  # the validation shadow rows are all of them here
+    expected = lower_bound(full[:, 0], 1.645, future=20)  # the validation shadow rows are all of them here
     assert check["full_information_rows"] == 20 and check["full_information_lower"] == pytest.approx(expected, abs=1e-5)
     assert bound == pytest.approx(max(expected, check["head_free_lower"]), abs=1e-5)  # the tighter head-free bound
 
@@ -159,6 +159,10 @@ def test_bounds_count_a_prompt_asked_again_as_one_sample():
     assert standard_error(repeated) == pytest.approx(standard_error(once) / math.sqrt(10), rel=0.01)
     assert standard_error(repeated, prompts) == pytest.approx(standard_error(once), rel=0.01)
     assert lower_bound(repeated, 1.645, prompts) == pytest.approx(lower_bound(once, 1.645), rel=0.01)
+    # a future sample of 200 prompts adds its own noise: m (1 - m) / 200 to the variance
+    m = once.mean()
+    assert lower_bound(once, 1.645, future=200) == pytest.approx(
+        m - 1.645 * math.sqrt(standard_error(once) ** 2 + m * (1 - m) / 200))
     rows = BanditRows(repeated[:, None], np.full(2000, -1), np.full(2000, np.nan), groups=prompts)
     half = rows.estimate(np.zeros(2000, dtype=int), np.full((2000, 1), 0.5)).to_dict()["ci95"]
     assert half[1] - half[0] == pytest.approx(2 * 1.959964 * standard_error(once), rel=0.02)
