@@ -443,10 +443,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: the API key holds a control character ({problem}); API keys hold none: pass the key as "
               "clients send it", file=sys.stderr)
         return 2
+    source = args.config or "the default tiers (pass --config to use your proxy's)"
     try:
         if args.action == "set":
             if args.tier not in tiers:
-                source = args.config or "the default tiers (pass --config to use your proxy's)"
                 print(f"error: unknown tier {args.tier!r}; allowed tiers in {source}: {sorted(tiers)}", file=sys.stderr)
                 return 2
             key_hash = hash_key(args.key)
@@ -458,6 +458,9 @@ def run(args: argparse.Namespace) -> int:
             if tier is None:
                 print(f"{key_hash}\t(no tier: the default tier applies)")
                 return 1
+            if tier not in tiers:
+                print(f"{key_hash}\t{shown(tier)}\t(not a tier of {source}: the default tier applies)")
+                return 1
             print(f"{key_hash}\t{tier}")
         elif args.action == "delete":
             key_hash = hash_key(args.key)
@@ -466,15 +469,21 @@ def run(args: argparse.Namespace) -> int:
             moved = store.rehash(tiers)
             for key_hash, tier, took in moved:
                 print(f"{key_hash}\t{shown(tier)}\t{'moved' if took else 'not moved: the hash has a tier already'}")
-            print(f"{len(moved)} raw key(s) rehashed", file=sys.stderr)
+            left = sum(not is_key_hash(key) for key, _ in store.list())
+            print(f"{len(moved)} raw key(s) rehashed" + (f"; {left} raw key(s) left, their values naming no tier of "
+                                                        f"{source}" if left else ""), file=sys.stderr)
         else:
-            raw = 0
+            raw = unknown = 0
             for key_hash, tier in store.list(limit=args.limit):
                 raw += not is_key_hash(key_hash)
-                print(f"{shown(key_hash)}\t{shown(tier)}")
+                unknown += tier not in tiers
+                print(f"{shown(key_hash)}\t{shown(tier)}" + ("" if tier in tiers else "\t(not a tier: the default tier applies)"))
             if raw:
                 print(f"warning: {raw} key(s) are raw keys, not key hashes: a request finds them by a second "
                       f"lookup, with a warning; `proteus tiers rehash` moves their tiers to their hashes", file=sys.stderr)
+            if unknown:
+                print(f"warning: {unknown} key(s) name no tier of {source}: the proxy serves them the default tier",
+                      file=sys.stderr)
     except redis.exceptions.RedisError as exc:
         print(f"error: Redis at {store._where()}: {exc}", file=sys.stderr)
         return 1
