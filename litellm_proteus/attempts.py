@@ -57,12 +57,12 @@ class Attempt:
     that key owns the call id; ``NO_OWNER``: not known).  An owner that takes no weak reference (a
     stand-in object) is held as it is."""
 
-    __slots__ = ("deployment_id", "key_hash", "log_dir", "_owner")
+    __slots__ = ("deployment_id", "key_hash", "log", "_owner")
 
-    def __init__(self, deployment_id: str, owner: Any = None, key_hash: Any = NO_OWNER, log_dir: str | None = None):
+    def __init__(self, deployment_id: str, owner: Any = None, key_hash: Any = NO_OWNER, log: Any = None):
         self.deployment_id = deployment_id
         self.key_hash = key_hash
-        self.log_dir = log_dir  # the decision log folder that holds the pick's decision
+        self.log = log  # the settings of the decision log that holds the pick's decision (DecisionLogSettings)
         self._owner: Callable[[], Any]
         if owner is None:
             self._owner = _nobody
@@ -120,7 +120,7 @@ class AttemptLedger:
             owner = attempt.owner
             current = current_strategy(owner)
             if current is not owner:
-                attempt = Attempt(attempt.deployment_id, current, attempt.key_hash, attempt.log_dir)
+                attempt = Attempt(attempt.deployment_id, current, attempt.key_hash, attempt.log)
             opened = self._calls.pop(key, [])
             self._calls[key] = [*opened, attempt]
             while len(self._calls) > self.max_calls:
@@ -133,7 +133,7 @@ class AttemptLedger:
         with self._lock:
             for key, opened in self._calls.items():
                 if any(a.owner is old for a in opened):
-                    self._calls[key] = [Attempt(a.deployment_id, new, a.key_hash, a.log_dir) if a.owner is old else a
+                    self._calls[key] = [Attempt(a.deployment_id, new, a.key_hash, a.log) if a.owner is old else a
                                         for a in opened]
                     moved += sum(a.owner is old for a in opened)
         return moved

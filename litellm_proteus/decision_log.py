@@ -720,6 +720,9 @@ class DecisionLogWriter:
                     self._index_backlog.append(("outcome", index_key(settings.redis_key_prefix, record["call_id"]),
                                                 "" if owner is NO_OWNER else owner_token(owner),
                                                 compact(outcome_summary(record)), record["call_id"], "", ""))
+                elif record["type"] == "feedback":  # the duplicate check again: a score taken while Redis was down
+                    self._index_backlog.append(("feedback", index_key(settings.redis_key_prefix, record["call_id"]),
+                                                "", "", record["call_id"], "", repr(float(record["ts"]))))
         overflow = len(self._index_backlog) - settings.queue_size  # bounded like the queue: the oldest go
         for _ in range(max(0, overflow)):
             self._index_backlog.popleft()
@@ -756,26 +759,40 @@ class DecisionLogWriter:
 
 # The Redis index: one hash per call id, ``<prefix><call_id>``, fields ``owner`` (the JSON of the key
 # hash that indexed it first), ``decision`` (its index entry), ``prompt`` (its prompt hash), ``outcome``
-# (the latest outcome summary) and ``feedback`` (the duplicate check: when the score was taken).  A
-# decision of the owner that routes another prompt, or that was made after its call's score, is another
-# request under a reused call id (``call_requests``): its call's outcome and feedback check start afresh.
-# (A decision made before the score may be indexed after it: the writer lags.)  No call id reaches another call's key or fields.
+# (the latest outcome summary) and ``feedback`` (the duplicate check: when the score was taken; "1" in
+# an index of an earlier release, a time unknown).  A decision of the owner made after the call's score
+# is another request under a reused call id (``call_requests``): its call's feedback check starts
+# afresh; so does one for another prompt while the score's time is unknown.  A decision for another
+# prompt drops the call's outcome (the outcome of another request).  A decision made before the score
+# may be indexed after it (the writer lags): it keeps the score.  No call id reaches another call's key
+# or fields.
 INDEX_OWNER, INDEX_DECISION, INDEX_OUTCOME, INDEX_FEEDBACK = "owner", "decision", "outcome", "feedback"
 
-# KEYS[1]: the call's hash; ARGV: field (decision | outcome), owner token ("" = unknown), payload, ttl,
-# prompt hash and ts (a decision's).  A decision sets the owner when there is none; neither is written
-# over another owner's (returns 0); a decision for another prompt, or made after the call's score,
-# drops the call's outcome and feedback.
+# KEYS[1]: the call's hash; ARGV: field (decision | outcome | feedback), owner token ("" = unknown),
+# payload, ttl, prompt hash and ts (a decision's, or a feedback record's).  A decision sets the owner
+# when there is none; neither is written over another owner's (returns 0).  A feedback record claims
+# the duplicate check as ``CLAIM_SCRIPT`` does, unless the indexed decision is newer than it (a score a
+# worker took while Redis was down, told by its writer once Redis answers, after the call id routed
+# another request): so every worker refuses a second score once Redis is back.
 # A value of another type there (an index of an earlier release) is replaced.
 INDEX_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
+if ARGV[1] == 'feedback' then
+  local ok, indexed = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'decision') or '')
+  local newer = ok and type(indexed) == 'table' and tonumber(indexed['ts']) and tonumber(indexed['ts']) > tonumber(ARGV[6])
+  if not newer then redis.call('HSETNX', KEYS[1], 'feedback', ARGV[6]) end
+  if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+  return 1
+end
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner and ARGV[2] ~= '' and owner ~= ARGV[2] then return 0 end
 if ARGV[1] == 'decision' then
   local prompt = redis.call('HGET', KEYS[1], 'prompt')
+  local another = prompt and prompt ~= ARGV[5]
   local scored = tonumber(redis.call('HGET', KEYS[1], 'feedback') or '')
-  if (prompt and prompt ~= ARGV[5]) or (scored and tonumber(ARGV[6]) > scored) then
+  if another then redis.call('HDEL', KEYS[1], 'outcome') end
+  if scored and ((scored > 1 and tonumber(ARGV[6]) > scored) or (scored <= 1 and another)) then
     redis.call('HDEL', KEYS[1], 'feedback', 'outcome')
   end
   redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'decision', ARGV[3], 'prompt', ARGV[5])
@@ -786,16 +803,11 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
 
-# The duplicate check: HSETNX ``feedback`` to when the score was taken (ARGV[2]); a hash with no expiry
-# yet gets ``ttl`` (ARGV[1]).  A claim older than the indexed decision (a score taken while Redis was
-# down, told late, when the call id has since routed another request) changes nothing.
+# The duplicate check of a score being taken: HSETNX ``feedback`` to when it is taken (ARGV[2]); a hash
+# with no expiry yet gets ``ttl`` (ARGV[1]).
 CLAIM_SCRIPT = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
-local ok, indexed = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'decision') or '')
-if ok and type(indexed) == 'table' and tonumber(indexed['ts']) and tonumber(indexed['ts']) > tonumber(ARGV[2]) then
-  return 1
-end
 local fresh = redis.call('HSETNX', KEYS[1], 'feedback', ARGV[2])
 if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
 return fresh

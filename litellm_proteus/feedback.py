@@ -172,7 +172,6 @@ class FeedbackDesk:
         self._decisions: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._outcomes: OrderedDict[str, dict[str, Any]] = OrderedDict()  # each call's latest outcome
         self._scored: OrderedDict[str, float] = OrderedDict()  # call id -> when its score was taken
-        self._unsent_claims: OrderedDict[str, float] = OrderedDict()  # scores taken while Redis was down
         self._lock = threading.Lock()
         self._warnings = RateLimitedWarnings(logger, 30.0)
 
@@ -313,13 +312,14 @@ class FeedbackDesk:
 
     def _claim(self, call_id: str, decision_ts: float, now: float) -> None:
         """Take the call's one score.  Redis, when it answers, decides for every worker (its index
-        starts a reused call id's new request afresh); this process's memory decides while it is down."""
+        starts a reused call id's new request afresh); this process's memory decides while it is down,
+        and the writer tells Redis of the score (the feedback record's index entry) once it answers."""
         duplicate = FeedbackError(f"call_id {call_id!r} already has feedback", 409, "call_id")
         fresh = None
         if self.redis is not None:
             try:
-                self._send_unsent_claims()
-                fresh = self._redis_claim(call_id, now)
+                fresh = bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
+                                             max(1, int(self.settings.feedback_max_age_s)), repr(now)))
             except Exception:  # Redis down: this process's memory is what there is
                 fresh = None
         with self._lock:
@@ -330,30 +330,12 @@ class FeedbackDesk:
                 raise duplicate
             self._scored[call_id] = now
             self._scored.move_to_end(call_id)
-            if fresh is None and self.redis is not None:  # told to Redis when it answers again, for the other workers
-                self._unsent_claims[call_id] = now
-            for table in (self._scored, self._unsent_claims):
-                while len(table) > self.settings.index_size:
-                    table.popitem(last=False)
-
-    def _redis_claim(self, call_id: str, scored_at: float) -> bool:
-        return bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
-                                    max(1, int(self.settings.feedback_max_age_s)), repr(scored_at)))
-
-    def _send_unsent_claims(self) -> None:
-        """Claim in Redis the scores this process took while Redis was down (a Redis error propagates)."""
-        with self._lock:
-            unsent = list(self._unsent_claims.items())
-        for call_id, scored_at in unsent:
-            self._redis_claim(call_id, scored_at)
-            with self._lock:
-                if self._unsent_claims.get(call_id) == scored_at:
-                    del self._unsent_claims[call_id]
+            while len(self._scored) > self.settings.index_size:
+                self._scored.popitem(last=False)
 
     def _release(self, call_id: str) -> None:
         with self._lock:
             self._scored.pop(call_id, None)
-            self._unsent_claims.pop(call_id, None)
         if self.redis is not None:
             try:
                 self.redis.hdel(index_key(self.settings.redis_key_prefix, call_id), INDEX_FEEDBACK)

@@ -458,7 +458,7 @@ def run(args: argparse.Namespace) -> int:
             if tier is None:
                 print(f"{key_hash}\t(no tier: the default tier applies)")
                 return 1
-            if tier not in tiers:
+            if args.config and tier not in tiers:  # without --config the proxy's tiers are unknown here
                 print(f"{key_hash}\t{shown(tier)}\t(not a tier of {source}: the default tier applies)")
                 return 1
             print(f"{key_hash}\t{tier}")
@@ -476,8 +476,9 @@ def run(args: argparse.Namespace) -> int:
             raw = unknown = 0
             for key_hash, tier in store.list(limit=args.limit):
                 raw += not is_key_hash(key_hash)
-                unknown += tier not in tiers
-                print(f"{shown(key_hash)}\t{shown(tier)}" + ("" if tier in tiers else "\t(not a tier: the default tier applies)"))
+                foreign = bool(args.config) and tier not in tiers  # without --config the proxy's tiers are unknown here
+                unknown += foreign
+                print(f"{shown(key_hash)}\t{shown(tier)}" + ("\t(not a tier: the default tier applies)" if foreign else ""))
             if raw:
                 print(f"warning: {raw} key(s) are raw keys, not key hashes: a request finds them by a second "
                       f"lookup, with a warning; `proteus tiers rehash` moves their tiers to their hashes", file=sys.stderr)

@@ -41,6 +41,7 @@ from ..decision_log import (
     LoggedCandidate,
     append_records,
     decision_record,
+    fit_line,
     outcome_record,
     redis_client,
 )
@@ -199,7 +200,7 @@ def log_routed(
     key = request_key(request_kwargs)
     if key is not None:
         attempts.open(key, Attempt(deployment_id(scored[decision.index].deployment), strategy, record["key_hash"],
-                                   strategy.decision_log.settings.dir))
+                                   strategy.decision_log.settings))
     shadow = getattr(strategy, "shadow", None)
     if shadow is not None and request.messages is not None and not _is_shadow_call(request_kwargs) \
             and shadow.sample(resolution.tier):
@@ -273,29 +274,33 @@ def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_co
     folder); the feedback desk learns it too."""
     strategy = current_strategy(attempt.owner)
     writer = getattr(strategy, "decision_log", None)
-    if writer is None and attempt.log_dir is None:
+    folder = attempt.log.dir if attempt.log is not None else None
+    if writer is None and folder is None:
         return
     record = outcome_record(call_id=call_id, deployment_id=attempt.deployment_id, success=success,
                             response_cost=response_cost, latency_ms=latency_ms, error=error, response=response,
                             client_disconnected=client_disconnected)
-    if attempt.log_dir is not None and (writer is None or not same_folder(writer.settings.dir, attempt.log_dir)):
+    if folder is not None and (writer is None or writer.settings.dir is None or not same_folder(writer.settings.dir, folder)):
+        line, fitted = fit_line(record, attempt.log.max_bytes)  # within max_bytes, as the writer keeps it
         try:
-            append_records(attempt.log_dir, [record])
+            if line is not None:
+                append_records(folder, [fitted])
         except OSError as exc:
             logger.warning("PROTEUS decision log: the outcome of call %s could not be written beside its decision "
-                           "in %s: %s", short_repr(call_id), attempt.log_dir, exc)
+                           "in %s: %s", short_repr(call_id), folder, exc)
     else:
         writer.submit(record, attempt.key_hash)
+    desk = getattr(strategy, "feedback_desk", None) or next(iter(_retired_desk), None)
+    if desk is not None:  # a failed pick takes no score, wherever the log went
+        desk.settle(record, attempt.key_hash)
     if strategy is None:
         return
-    if getattr(strategy, "feedback_desk", None) is not None:
-        strategy.feedback_desk.settle(record, attempt.key_hash)
     if (not success or client_disconnected) and getattr(strategy, "shadow", None) is not None:
         strategy.shadow.forget(call_id)  # only a pick's whole answer is judged
 
 
 def same_folder(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
+    return a == b or os.path.realpath(a) == os.path.realpath(b)
 
 
 def _error_messages(attempt: Attempt) -> bool:
@@ -367,10 +372,10 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
     if attempt is None:
         return
     owner = current_strategy(attempt.owner)
-    if owner is None or (owner.decision_log is None and attempt.log_dir is None):
+    if owner is None or (owner.decision_log is None and attempt.log is None):
         return
-    # the log settings of the strategy serving now (none, since a change turned the log off: the strict ones)
-    settings = owner.config.decision_log if owner.decision_log is not None else None
+    # what the outcome may keep (error messages, response text): the decision's log's settings
+    settings = attempt.log if attempt.log is not None else owner.config.decision_log
     try:
         latency_ms: float | None = (end_time - start_time).total_seconds() * 1000.0
     except (TypeError, AttributeError):

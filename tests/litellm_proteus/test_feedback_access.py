@@ -200,7 +200,8 @@ def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_in_memory(lo
     desk.remember(first)
     assert desk.accept("reused", 1.0)["prompt_sha256"] == first["prompt_sha256"]
     assert refused(desk, "reused", 0.0).status == 409
-    again = {**decision("reused", ts=time.time() - 2), "prompt_sha256": prompt_sha256("another question")}
+    time.sleep(0.002)  # routed after the first request's score
+    again = {**decision("reused", ts=time.time()), "prompt_sha256": prompt_sha256("another question")}
     assert desk.remember(again)  # another prompt under the id: another request, scored afresh
     assert desk.accept("reused", 0.0)["prompt_sha256"] == again["prompt_sha256"]
     assert refused(desk, "reused", 1.0).status == 409
@@ -228,7 +229,8 @@ def test_a_call_id_reused_for_another_prompt_takes_its_own_feedback_on_every_wor
     assert writer.flush()
     assert worker_b.accept("reused-2", 1.0)["prompt_sha256"] == first["prompt_sha256"]
     assert refused(worker_c, "reused-2", 1.0).status == 409  # the index holds the first request's score
-    again = {**decision("reused-2", ts=time.time() - 2), "prompt_sha256": prompt_sha256("another question")}
+    time.sleep(0.002)  # routed after the first request's score
+    again = {**decision("reused-2", ts=time.time()), "prompt_sha256": prompt_sha256("another question")}
     desk.remember(again)
     writer.submit(again)
     assert writer.flush()
@@ -289,13 +291,18 @@ def test_a_score_taken_while_redis_was_down_is_told_to_redis_when_it_answers_aga
     server.stop()
     restarted = None
     try:
-        desk.accept("outage-1", 1.0)  # Redis down: taken on this worker's memory
+        desk.accept("outage-1", 1.0)  # Redis down: taken on this worker's memory, its record queued
         assert refused(desk, "outage-1", 1.0).status == 409
+        writer.flush()  # the writer cannot tell Redis yet: the index entry waits in its backlog
         restarted = start_redis(server.port, tmp_path)
         assert clients[1].hget("proteus:decision:outage-1", "feedback") is None
-        assert refused(desk, "outage-1", 0.0).status == 409  # and now Redis holds its claim too
+        time.sleep(writer.retry_after_s + 0.1)
+        later = decision("outage-2", ts=time.time())
+        desk.remember(later)
+        writer.submit(later)  # the writer's next write sends its backlog first
+        assert writer.flush()
         assert clients[1].hget("proteus:decision:outage-1", "feedback") is not None
-        assert refused(other_worker, "outage-1", 0.0).status == 409  # for every worker
+        assert refused(other_worker, "outage-1", 0.0).status == 409  # every worker refuses a second score
     finally:
         for running in (restarted, server):
             if running is not None:

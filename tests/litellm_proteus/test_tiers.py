@@ -32,7 +32,7 @@ def test_cli_set_get_list_delete(redis_server, capsys):
     assert main([*url, "get", "sk-alice"]) == 0
     assert capsys.readouterr().out.split() == [hash_key("sk-alice"), "premium"]
     assert main([*url, "list"]) == 0
-    listed = dict(line.split("\t")[:2] for line in capsys.readouterr().out.strip().splitlines())
+    listed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
     assert listed == {hash_key("sk-alice"): "premium", hash_key("sk-bob"): "economy"}
     assert main([*url, "delete", "sk-alice"]) == 0
     assert main([*url, "get", "sk-alice"]) == 1
@@ -142,7 +142,7 @@ def test_a_key_of_the_wrong_type_fails_alone_and_is_listed_as_unreadable(redis_s
 
     assert asyncio.run(lookups()) == "premium"
     assert main(["tiers", "--redis-url", redis_server.url, "list"]) == 0
-    listed = dict(line.split("\t")[:2] for line in capsys.readouterr().out.strip().splitlines())
+    listed = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
     assert listed[hash_key("sk-good")] == "premium" and "WRONGTYPE" in listed[hash_key("sk-hash")]
 
 
@@ -336,11 +336,10 @@ def test_cli_list_prints_one_line_per_key_with_control_characters_escaped(redis_
     raw.set(f"proteus:tier:{hash_key('sk-b')}", "gold\r\nsk-c\tpremium")
     assert main(["tiers", "--redis-url", redis_server.url, "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == [f"{hash_key('sk-b')}\t'gold\\r\\nsk-c\\tpremium'\t(not a tier: the default tier applies)",
-                     "'x\\nforged-key\\tpremium'\teconomy"]
+    assert lines == [f"{hash_key('sk-b')}\t'gold\\r\\nsk-c\\tpremium'", "'x\\nforged-key\\tpremium'\teconomy"]
 
 
-def test_cli_rehash_moves_tiers_stored_under_raw_keys_to_their_hashes(redis_server, capsys):
+def test_cli_rehash_moves_tiers_stored_under_raw_keys_to_their_hashes(redis_server, capsys, tmp_path):
     import redis
 
     raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
@@ -353,12 +352,17 @@ def test_cli_rehash_moves_tiers_stored_under_raw_keys_to_their_hashes(redis_serv
     raw.hset("proteus:tier:decision:abc", "owner", "x")
     url = ["tiers", "--redis-url", redis_server.url]
     raw.set(f"proteus:tier:{hash_key('sk-gold')}", "gold")  # a tier the config no longer has
-    assert main([*url, "list"]) == 0
+    config = tmp_path / "config.yaml"
+    config.write_text("router_settings:\n  routing_strategy: proteus\n  routing_strategy_args:\n"
+                      "    tiers: {premium: 0.85, standard: 0.82, economy: 0.79}\n")
+    assert main([*url, "--config", str(config), "list"]) == 0
     listed = capsys.readouterr()
-    assert "4 key(s) are raw keys" in listed.err and "3 key(s) name no tier of the default tiers" in listed.err
+    assert "4 key(s) are raw keys" in listed.err and f"3 key(s) name no tier of {config}" in listed.err
     assert f"{hash_key('sk-gold')}\tgold\t(not a tier: the default tier applies)" in listed.out
-    assert main([*url, "get", "sk-gold"]) == 1  # as a key with no tier: the default tier applies
-    assert "gold\t(not a tier of the default tiers" in capsys.readouterr().out
+    assert main([*url, "--config", str(config), "get", "sk-gold"]) == 1  # as a key with no tier: the default applies
+    assert f"gold\t(not a tier of {config}" in capsys.readouterr().out
+    assert main([*url, "get", "sk-gold"]) == 0  # without --config, the proxy's tiers are unknown: said as stored
+    capsys.readouterr()
     assert main([*url, "rehash"]) == 0
     out = capsys.readouterr()
     assert RAW_KEY not in out.out and "2 raw key(s) rehashed; 2 raw key(s) left, their values naming no tier" in out.err
