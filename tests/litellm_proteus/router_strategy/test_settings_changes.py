@@ -363,3 +363,24 @@ def test_shadow_settings_changes_close_the_replaced_budgets_redis_connections(st
     assert router.proteus_strategy.shadow is None
     assert wait_for(lambda: budget_connections() == 0), budget_connections()
     raw.close()
+
+
+def test_an_outcome_whose_log_moved_to_redis_only_is_written_beside_its_decision(tmp_path):
+    """The strategy serving now logs to a Redis stream only (no folder): the outcome of a pick whose
+    decision sits in a folder goes there, kept as that log keeps records (no response text)."""
+    from types import SimpleNamespace
+
+    from litellm_proteus.attempts import Attempt
+    from litellm_proteus.config import DecisionLogSettings
+    from litellm_proteus.decision_log import iter_records
+    from litellm_proteus.router_strategy.serving_log import _write_outcome
+
+    stream_only = SimpleNamespace(decision_log=SimpleNamespace(settings=DecisionLogSettings(dir=None, redis_stream="s"),
+                                                               submit=lambda *a: pytest.fail("not this log's")),
+                                  feedback_desk=None, shadow=None, replaced_by=None)
+    folder = tmp_path / "A"
+    folder.mkdir()
+    attempt = Attempt("d1", stream_only, "k", DecisionLogSettings(dir=str(folder)))
+    _write_outcome(attempt, "moved-to-redis", True, response_cost=0.001, latency_ms=5.0)
+    [record] = list(iter_records(folder))
+    assert (record["type"], record["call_id"], record["deployment_id"], record["success"]) == ("outcome", "moved-to-redis", "d1", True)
