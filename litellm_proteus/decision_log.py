@@ -66,6 +66,32 @@ class _Owned:
     owner: Any
 
 
+class _IndexWrite(NamedTuple):
+    """One ``INDEX_SCRIPT`` call the writer owes Redis: the record's ``field`` of its call's index hash."""
+
+    field: str  # decision | outcome | feedback
+    key: str  # the call's index hash (``index_key``)
+    call_id: str
+    owner: str = ""  # ``owner_token``; "" = not known
+    payload: str = ""
+    prompt: str = ""  # a decision's prompt hash
+    ts: str = ""  # a decision's or a feedback record's time
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], owner: Any, prefix: str) -> "_IndexWrite | None":
+        """What the index keeps of ``record`` (None: nothing; ``owner``: an outcome's key hash)."""
+        kind, call_id = record["type"], record["call_id"]
+        key = index_key(prefix, call_id)
+        if kind == "decision":
+            return cls(kind, key, call_id, owner_token(record.get("key_hash")), compact(index_entry(record)),
+                       str(record.get("prompt_sha256") or ""), repr(float(record["ts"])))
+        if kind == "outcome":
+            return cls(kind, key, call_id, "" if owner is NO_OWNER else owner_token(owner), compact(outcome_summary(record)))
+        if kind == "feedback":  # the duplicate check again: a score taken while Redis was down reaches it here
+            return cls(kind, key, call_id, ts=repr(float(record["ts"])))
+        return None
+
+
 class _Line(NamedTuple):
     """A record on its way to the file and Redis: its JSON line and, for an outcome, its owner."""
 
@@ -548,7 +574,7 @@ class DecisionLogWriter:
         self._redis_down_until = 0.0
         # index entries (key, line) not yet in Redis: re-sent with the next write (SET is idempotent), so
         # a timeout or an outage costs feedback on other workers only until Redis takes a write again
-        self._index_backlog: deque[tuple[str, ...]] = deque()  # (field, key, owner, payload, call id, prompt hash)
+        self._index_backlog: deque[_IndexWrite] = deque()
         self.on_unlogged: Callable[[dict[str, Any]], None] | None = None
         self.index_conflicts = 0  # decisions not indexed: their call id is another key's
         self._warnings = RateLimitedWarnings(logger, 30.0)
@@ -710,19 +736,8 @@ class DecisionLogWriter:
         settings = self.settings
         stream = [w.line.rstrip("\n") for w in written] if settings.redis_stream else []
         if settings.redis_index:
-            for record, _, owner in written:
-                if record["type"] == "decision":
-                    self._index_backlog.append(("decision", index_key(settings.redis_key_prefix, record["call_id"]),
-                                                owner_token(record.get("key_hash")), compact(index_entry(record)),
-                                                record["call_id"], str(record.get("prompt_sha256") or ""),
-                                                repr(float(record["ts"]))))
-                elif record["type"] == "outcome":
-                    self._index_backlog.append(("outcome", index_key(settings.redis_key_prefix, record["call_id"]),
-                                                "" if owner is NO_OWNER else owner_token(owner),
-                                                compact(outcome_summary(record)), record["call_id"], "", ""))
-                elif record["type"] == "feedback":  # the duplicate check again: a score taken while Redis was down
-                    self._index_backlog.append(("feedback", index_key(settings.redis_key_prefix, record["call_id"]),
-                                                "", "", record["call_id"], "", repr(float(record["ts"]))))
+            writes = (_IndexWrite.of(record, owner, settings.redis_key_prefix) for record, _, owner in written)
+            self._index_backlog.extend(w for w in writes if w is not None)
         overflow = len(self._index_backlog) - settings.queue_size  # bounded like the queue: the oldest go
         for _ in range(max(0, overflow)):
             self._index_backlog.popleft()
@@ -738,8 +753,8 @@ class DecisionLogWriter:
             pipe = self.redis.pipeline(transaction=False)
             for line in stream:
                 pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
-            for field, key, owner, payload, _, prompt, ts in index:
-                pipe.eval(INDEX_SCRIPT, 1, key, field, owner, payload, ttl, prompt, ts)
+            for w in index:
+                pipe.eval(INDEX_SCRIPT, 1, w.key, w.field, w.owner, w.payload, ttl, w.prompt, w.ts)
             results = pipe.execute()[len(stream):]
         except Exception as exc:  # redis.RedisError, OSError: the files still have every record
             self.redis_skipped += len(stream)  # a stream entry is not re-sent: it may have been added
@@ -747,7 +762,7 @@ class DecisionLogWriter:
             self._warnings.warn("redis", "PROTEUS decision log: Redis write failed (files unaffected; the index is "
                                 "re-sent with the next write): %s", exc)
             return
-        for (field, _, _, _, call_id, _, _), kept in zip(index, results):
+        for (field, _, call_id, *_), kept in zip(index, results):
             self._index_backlog.popleft()
             if field == "decision" and not kept:
                 self.index_conflicts += 1

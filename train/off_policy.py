@@ -73,6 +73,8 @@ class BanditRows:
         if bad.any():
             raise ValueError(f"propensity must be in (0, 1] on every logged decision; {int(bad.sum())} rows are not "
                              f"(first: {self.propensity[bad][0]!r})")
+        if self.groups is not None:  # integer codes, once: every bound clusters by them
+            self.groups = np.unique(np.asarray(self.groups), return_inverse=True)[1].ravel()
         self.labelled_slots = np.zeros(k, dtype=bool)
         self.labelled_slots[np.unique(self.logged_choice[bandit])] = True
         full = ~bandit

@@ -93,13 +93,14 @@ def off_policy_calibration(
     index = np.arange(len(q))
     estimates, lower, points, costs = [], [], [], []
     full_rows = bool((rows.logged_choice < 0).any()) and bool((rows.logged_choice >= 0).any())
+    future = future_sample(rows, n_val)
     checks: list[dict] = []
     for choice in choices:
         est = rows.estimate(choice, q)
         terms, _ = rows.dr_terms(choice, q)
         estimates.append(est)
         points.append(est.dr)
-        bound, check = point_bound(rows, choice, terms, n_val, config.calibration_z, full_rows)
+        bound, check = point_bound(rows, choice, terms, n_val, config.calibration_z, full_rows, future)
         checks.append(check)
         lower.append(bound)
         costs.append(float(costs_usd[index, choice].mean()))
@@ -151,8 +152,14 @@ def refusal_tail(rows: BanditRows, unlabelled: list[str], explored_share: float)
             "enable exploration ({rate: 0.02}) or shadow evaluation (shadow: {rate: 0.1, ...}) before training again")
 
 
+def future_sample(rows: BanditRows, n_val: int) -> int:
+    """The size of the future sample every bound covers: the validation split's prompts (its rows
+    without ``groups``), so the promise holds on the traffic to come."""
+    return n_val if rows.groups is None else len(np.unique(rows.groups[:n_val]))
+
+
 def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_val: int, z: float,
-                full_rows: bool) -> tuple[float, dict]:
+                full_rows: bool, future: int | None = None) -> tuple[float, dict]:
     """One operating point's lower bound on accuracy (the least of those in the module docstring;
     -inf where any is undefined) and its parts for the manifest's ``off_policy_curve``."""
     def capped(values: np.ndarray, groups: np.ndarray | None, n_first: int) -> float:
@@ -164,8 +171,7 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
         return min(lower_bound(values, z, groups, future), lower_bound(values[:n_first], z, first_groups, future))
 
     groups = rows.groups
-    # the promise holds on new traffic: a future sample as large as the validation split (its prompts)
-    future = n_val if groups is None else len(np.unique(np.asarray(groups[:n_val])))
+    future = future_sample(rows, n_val) if future is None else future
     head_free = rows.head_free_terms(choice)
     parts = {"head_free_lower": capped(head_free, groups, n_val)}
     if full_rows:
