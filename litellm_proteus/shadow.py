@@ -190,10 +190,10 @@ class ShadowEvaluator:
             return None
         judge_cost = self.judge_estimate(job.prompt, served_text or "", judges)
         reserved = sum(c.est_cost_usd for c in picked) + (len(picked) + 1) * judge_cost
-        day, total = await self.budget.areserve(reserved)
+        day, total, redis_down = await self.budget.areserve(reserved)
         shadow_metrics.record_budget(total)
         if day is None:
-            if self.budget.unavailable():  # a spend that cannot be checked against the shared cap is not made
+            if redis_down:  # a spend that cannot be checked against the shared cap is not made
                 self._skip("budget_unavailable", "budget_unavailable", "PROTEUS shadow: the daily budget in Redis cannot "
                            "be read; no shadow calls until Redis answers (%.4f USD spent today as last read)", total)
             else:

@@ -40,7 +40,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from .observability import RateLimitedWarnings
 
@@ -86,6 +86,16 @@ if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
 end
 return redis.call('GET', KEYS[1]) or '0'
 """
+
+
+class Reservation(NamedTuple):
+    """What ``reserve`` answered: the day charged (None: refused), the day's total, and whether the
+    refusal was Redis's (it could not be reached) rather than the cap's -- decided by the call that
+    refused, so a retry window that ends meanwhile cannot turn one into the other."""
+
+    day: str | None
+    total: float
+    redis_down: bool = False
 
 
 def utc_day(now: float | None = None) -> str:
@@ -148,16 +158,16 @@ class DailyBudget:
                     self._redis_failed(exc)
         return self._estimate(day)
 
-    def reserve(self, usd: float) -> tuple[str | None, float]:
-        """Add ``usd`` to today's spend unless the total would pass the cap: (the day charged, or
-        None when refused; the total).  Refused while a configured Redis cannot be reached."""
+    def reserve(self, usd: float) -> Reservation:
+        """Add ``usd`` to today's spend unless the total would pass the cap.  Refused, with
+        ``redis_down``, while a configured Redis cannot be reached."""
         day = utc_day(self.clock())
         if self.redis is None:
             with self._lock:  # checked and added at once: a replaced budget's jobs share this ledger
                 before = self._local.get(day, 0.0)
                 if before >= self.cap_usd or before + usd > self.cap_usd:
-                    return None, before
-                return day, self._add_local(usd, day)
+                    return Reservation(None, before)
+                return Reservation(day, self._add_local(usd, day))
         if self._use_redis():
             reservation = uuid.uuid4().hex
             with self._calling():
@@ -171,10 +181,10 @@ class DailyBudget:
                         with self._lock:
                             self._pending.append(("release", reservation, day, 0.0))
                         raise
-                    return (day if int(ok) else None), self._saw(day, total)
+                    return Reservation(day if int(ok) else None, self._saw(day, total))
                 except Exception as exc:
                     self._redis_failed(exc)
-        return None, self._estimate(day)
+        return Reservation(None, self._estimate(day), redis_down=True)
 
     def charge(self, usd: float, day: str | None = None) -> float:
         """Add ``usd`` (negative: a refund) to the spend of ``day`` (default today); returns the new total."""
@@ -206,7 +216,7 @@ class DailyBudget:
         return self._local[day]
 
     # -- async (the proxy's event loop) -------------------------------------------------------
-    async def areserve(self, usd: float) -> tuple[str | None, float]:
+    async def areserve(self, usd: float) -> Reservation:
         return await asyncio.to_thread(self.reserve, usd) if self.redis is not None else self.reserve(usd)
 
     async def acharge(self, usd: float, day: str | None = None) -> float:
@@ -273,10 +283,6 @@ class DailyBudget:
     def _estimate(self, day: str) -> float:
         with self._lock:
             return self._seen.get(day, 0.0) + sum(usd for _, _, d, usd in self._pending if d == day)
-
-    def unavailable(self) -> bool:
-        """Whether a configured Redis failed within ``retry_after_s``: reservations are refused meanwhile."""
-        return self.redis is not None and not self._use_redis()
 
     def _use_redis(self) -> bool:
         return self.redis is not None and time.monotonic() >= self._redis_down_until

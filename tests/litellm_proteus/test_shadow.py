@@ -79,11 +79,11 @@ def test_while_redis_is_down_nothing_is_admitted_and_settlements_reach_redis_whe
 
     client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5)
     budget = DailyBudget(1.0, client, "t:down:", retry_after_s=0.0, clock=Clock(DAY))
-    day, total = budget.reserve(0.004)
+    day, total = budget.reserve(0.004)[:2]
     assert day == utc_day(DAY) and total == pytest.approx(0.004)
     redis_server.stop()
     # a process counting from its own zero could spend the whole shared cap again: refuse instead
-    assert budget.reserve(0.001) == (None, pytest.approx(0.004))  # the total Redis last gave
+    assert budget.reserve(0.001) == (None, pytest.approx(0.004), True)  # Redis is down; the total it last gave
     assert not admits(budget)
     # a running job settles: kept for Redis, and counted in what the process reports meanwhile
     assert budget.charge(0.003, day) == pytest.approx(0.007) and budget.spent() == pytest.approx(0.007)
@@ -100,7 +100,7 @@ def test_while_redis_is_down_nothing_is_admitted_and_settlements_reach_redis_whe
 def test_a_settlement_whose_reply_was_lost_is_added_to_redis_once(redis_server):
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     budget = DailyBudget(1.0, client, "t:lost:", retry_after_s=0.0, clock=Clock(DAY))
-    day, _ = budget.reserve(0.10)
+    day = budget.reserve(0.10).day
     applied = budget._charge
     budget._charge = reply_lost(applied)  # Redis adds it, the reply never arrives
     budget.charge(0.05, day)
@@ -114,11 +114,11 @@ def test_a_reservation_whose_reply_was_lost_is_released_once(redis_server):
     the next call takes the amount back once, however often it is sent."""
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     budget = DailyBudget(1.0, client, "t:lostres:", retry_after_s=0.0, clock=Clock(DAY))
-    day, _ = budget.reserve(0.10)  # a job that runs
+    day = budget.reserve(0.10).day  # a job that runs
     key = f"t:lostres:{day}"
     applied = budget._reserve
     budget._reserve = reply_lost(applied)
-    assert budget.reserve(0.30) == (None, pytest.approx(0.10))  # refused to its job, which never calls
+    assert budget.reserve(0.30) == (None, pytest.approx(0.10), True)  # refused to its job, which never calls
     assert float(client.get(key)) == pytest.approx(0.40)  # yet charged in Redis
     [release] = budget._pending
     budget._reserve = applied
@@ -134,7 +134,7 @@ def test_a_reservation_that_reaches_redis_after_its_release_is_refused(redis_ser
     release takes back nothing, and the late reservation charges nothing."""
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     budget = DailyBudget(1.0, client, "t:late:", retry_after_s=0.0, clock=Clock(DAY))
-    day, _ = budget.reserve(0.10)
+    day = budget.reserve(0.10).day
     applied, in_flight = budget._reserve, {}
 
     def not_there_yet(**kwargs):
@@ -154,7 +154,7 @@ def test_settlements_pending_for_an_earlier_day_survive_a_day_change(redis_serve
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     clock = Clock(DAY)
     budget = DailyBudget(1.0, client, "t:days:", retry_after_s=0.0, clock=clock)
-    day_a, _ = budget.reserve(0.10)
+    day_a = budget.reserve(0.10).day
     applied = budget._charge
 
     def down(**kwargs):
@@ -175,10 +175,10 @@ def test_a_budget_replacing_one_in_process_memory_counts_the_days_spend_and_its_
     one's running job stays reserved in it until that job settles through the replaced budget."""
     clock = Clock(DAY)
     old = DailyBudget(1.0, clock=clock)
-    day, _ = old.reserve(0.6)  # a job of the replaced evaluator, still running
+    day = old.reserve(0.6).day  # a job of the replaced evaluator, still running
     new = DailyBudget(0.8, clock=clock, replaces=old)
     assert new.spent() == pytest.approx(0.6)
-    assert new.reserve(0.3) == (None, pytest.approx(0.6))  # 0.9 would pass the new cap
+    assert new.reserve(0.3) == (None, pytest.approx(0.6), False)  # 0.9 would pass the new cap
     old.charge(0.1 - 0.6, day)  # the job ends: it cost 0.1
     assert new.spent() == pytest.approx(0.1) and new.reserve(0.3)[0] == day
     clock.now = DAY + 86400
@@ -198,7 +198,7 @@ def test_a_budget_replacing_one_on_the_same_redis_sends_what_it_left_unsent(tmp_
     try:
         clock = Clock(DAY)
         old = DailyBudget(1.0, client(), "t:handover:", retry_after_s=0.0, clock=clock, redis_url=server.url)
-        day, _ = old.reserve(0.10)  # job 1
+        day = old.reserve(0.10).day  # job 1
         old.reserve(0.20)  # job 2
         applied = old._reserve
         old._reserve = reply_lost(applied)
@@ -246,7 +246,7 @@ def test_a_budget_closed_during_its_call_closes_the_connection_once_the_call_end
 
     client = redis.Redis.from_url(redis_server.url, decode_responses=True, client_name=CLIENT_NAME, socket_timeout=30)
     budget = DailyBudget(1.0, client, "t:closing:", redis_url=redis_server.url)
-    day, _ = budget.reserve(0.5)
+    day = budget.reserve(0.5).day
     settled: list[float] = []
     raw.client_pause(30_000, all=False)  # write commands wait in Redis: the settlement is held mid-call
     try:
@@ -343,11 +343,11 @@ def test_budget_reservation_is_refused_past_the_cap_and_settles_to_the_real_cost
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     clock = Clock(DAY)
     for budget in (DailyBudget(0.01, clock=clock), DailyBudget(0.01, client, "t:reserve:", clock=clock)):
-        day, total = budget.reserve(0.006)
+        day, total = budget.reserve(0.006)[:2]
         assert day == utc_day(DAY) and total == pytest.approx(0.006)
-        assert budget.reserve(0.005) == (None, pytest.approx(0.006))  # would pass the cap: nothing added
+        assert budget.reserve(0.005) == (None, pytest.approx(0.006), False)  # would pass the cap: nothing added
         clock.now = DAY + 16 * 3600 - 1.0  # 23:59:59 UTC
-        day2, _ = budget.reserve(0.004)
+        day2 = budget.reserve(0.004).day
         clock.now = DAY + 16 * 3600  # the job ends after midnight: its settlement goes to the day it reserved on
         assert budget.charge(0.001 - 0.004, day2) == pytest.approx(0.007) and budget.spent() == 0.0
         clock.now = DAY
@@ -416,7 +416,9 @@ def test_concurrent_jobs_stay_within_the_daily_budget_and_every_paid_answer_is_j
     assert budget.spent() == pytest.approx(2 * (SHADOW_CALL_USD + 2 * JUDGE_CALL_USD)) and budget.spent() <= 0.012
 
 
-def test_a_job_whose_budget_redis_is_down_is_skipped_as_unavailable_not_as_spent(tmp_path, monkeypatch, redis_server, caplog):
+@pytest.mark.parametrize("retry_after_s", [30.0, 0.0])  # 0: the retry window is over before the job reads why
+def test_a_job_whose_budget_redis_is_down_is_skipped_as_unavailable_not_as_spent(tmp_path, monkeypatch, redis_server, caplog,
+                                                                                  retry_after_s):
     monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)  # respx mocks httpx
 
     async def shadow_upstream(request: httpx.Request) -> httpx.Response:
@@ -424,7 +426,7 @@ def test_a_job_whose_budget_redis_is_down_is_skipped_as_unavailable_not_as_spent
 
     client = redis.Redis.from_url(redis_server.url, decode_responses=True, socket_timeout=0.5, socket_connect_timeout=0.5)
     shadow = evaluator(tmp_path, judge_max_tokens=2000)
-    shadow.budget = DailyBudget(5.0, client, "t:unavailable:", retry_after_s=30.0)
+    shadow.budget = DailyBudget(5.0, client, "t:unavailable:", retry_after_s=retry_after_s)
     redis_server.stop()
     before = shadow_metrics.snapshot()
     with caplog.at_level("WARNING", logger="litellm_proteus"):

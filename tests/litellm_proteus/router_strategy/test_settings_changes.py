@@ -279,7 +279,7 @@ def test_a_shadow_settings_change_hands_the_budget_to_the_new_evaluator(steerabl
         args["redis"] = {"url": request.getfixturevalue("redis_server").url}
     router = litellm.Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
     old = router.proteus_strategy.shadow.budget
-    day, _ = old.reserve(0.6)  # a job of the evaluator the change replaces, still running
+    day = old.reserve(0.6).day  # a job of the evaluator the change replaces, still running
     if with_redis:
         applied = old._reserve
         old._reserve = reply_lost(applied)
@@ -291,7 +291,7 @@ def test_a_shadow_settings_change_hands_the_budget_to_the_new_evaluator(steerabl
     new = router.proteus_strategy.shadow.budget
     assert new is not old
     assert new.spent() == pytest.approx(0.6)
-    assert new.reserve(0.5) == (None, pytest.approx(0.6))  # with the running job, past the cap
+    assert new.reserve(0.5) == (None, pytest.approx(0.6), False)  # with the running job, past the cap
     old.charge(0.1 - 0.6, day)  # the job ends after the change: it cost 0.1
     assert new.spent() == pytest.approx(0.1) and new.reserve(0.5)[0] == day
     if with_redis:
