@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, fields
 from litellm_proteus.costs import SPACES as COST_SPACES
 from litellm_proteus.encoder import DEFAULT_ENCODER, TRUNCATIONS
 
+from .data.decision_log import VALIDATION_SHARE
+
 DEFAULT_CACHE_DIR = os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus"))
 
 
@@ -160,6 +162,11 @@ class TrainConfig:
         "ips (masked BCE weighted by min(1/propensity, propensity_clip), self-normalised) or none (masked BCE)",
     )
     propensity_clip: float = option(20.0, "largest inverse-propensity weight with --propensity-weighting ips or dr")
+    validation_share: float = option(
+        VALIDATION_SHARE,
+        "decision logs: the share of prompts (by prompt hash) held out of the fits to certify the tau table on; "
+        "a larger share tightens the certificate and leaves fewer rows to learn from (docs/learn-from-traffic.md)",
+    )
     log_every: int = option(500, "PPO batches between training log lines")
     progress: bool = option(True, "--quiet: no progress bars", flag="--quiet")
 
@@ -185,6 +192,8 @@ class TrainConfig:
             if not (len(lo_hi) == 2 and all(isinstance(t, (int, float)) and math.isfinite(t) for t in lo_hi)
                     and 0 < lo_hi[0] < lo_hi[1] <= 1):
                 problems.append(f"--tau-range LO HI must satisfy 0 < LO < HI <= 1; got {list(lo_hi)}")
+        if not 0 < self.validation_share < 1:
+            problems.append(f"--validation-share must be a number in (0, 1); got {self.validation_share}")
         if self.truncation not in TRUNCATIONS:
             problems.append(f"--truncation must be one of {list(TRUNCATIONS)}; got {self.truncation!r}")
         if self.propensity_weighting not in PROPENSITY_WEIGHTINGS:

@@ -22,6 +22,7 @@ from litellm_proteus.artifact import load_artifact
 
 from .config import PROPENSITY_WEIGHTINGS, TrainConfig
 from .data import assign_splits, load_logs
+from .data.decision_log import VALIDATION_SHARE, with_validation_share
 from .evaluation.inputs import artifact_encoder
 from .heads import fit_doubly_robust_head, fit_performance_head, ips_weights, masked_bce, out_of_fold_predictions
 from .pipeline import BANDIT_RATIOS
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test")
     parser.add_argument("--init", required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--validation-share", type=float, default=VALIDATION_SHARE,
+                        help="the log's prompts held out for early stopping (as proteus train --validation-share)")
     parser.add_argument("--from-scratch", action="store_true",
                         help="heads start from fresh weights (a log-alone training); --init then names the encoder only")
     parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
@@ -42,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     model0, manifest = load_artifact(args.init)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        log = assign_splits(load_logs(args.log).with_models(manifest.models), seed=args.seed, ratios=BANDIT_RATIOS)
+        log = with_validation_share(load_logs(args.log).with_models(manifest.models), args.validation_share)
+        log = assign_splits(log, seed=args.seed, ratios=BANDIT_RATIOS)
         held = assign_splits(load_logs(args.data), seed=0).part(args.split).with_models(manifest.models)
     encoder = artifact_encoder(manifest.encoder, Path(args.init), args.cache_dir, "cpu", precision="fp32")
     emb = torch.as_tensor(encoder.encode(log.prompts, progress=False))

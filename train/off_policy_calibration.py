@@ -15,11 +15,17 @@ prefers.  So each point's bound is also capped by bounds that do not use the hea
   as failed, and the full-information rows' own scores (``BanditRows.head_free_terms``);
 - with full-information rows (shadow rows, drawn at random), the bound of their scores alone, an
   unbiased sample of the policy; the tighter of the two holds, so it is the one that caps;
-- each no higher than its own lower bound over the validation rows, of which it needs at least
-  ``MIN_MATCHED``: the policy was trained on the training rows' labels, so on those rows it keeps the
-  logged choice where it was right and leaves it where it was wrong, and only the validation rows are
-  an unbiased sample (with a cap at their mean, and no margin, artifacts trained on 40,000-request
-  logs missed test floors by up to 1.6 pp: docs/learn-from-traffic.md).
+- each over every calibration row, validation and out-of-fold training rows alike, with at least
+  ``MIN_MATCHED`` validation rows: on a decision log PPO never sees a training label (it scores every
+  slot with the out-of-fold head), and the training rows are routed with out-of-fold predictions, so
+  no part of the policy's choice on a training row was fitted to that row's outcome.  (A policy
+  rewarded with the labels keeps the logged choice where it was right and leaves it where it was
+  wrong: then only the validation rows are an unbiased sample.)
+- with ``--init`` (``validation_cap``), each also no higher than its own bound over the validation
+  rows alone: the initial artifact may have been trained on the log's prompts, so no prediction
+  derived from it is out-of-fold for them, and the narrower sample is the price of that doubt
+  (measured on simulated logs whose prompts the initial artifact trained on with full information:
+  pooled bounds alone missed test floors, docs/learn-from-traffic.md).
 
 Every bound clusters its standard error by prompt (``BanditRows.groups``): traffic asks some prompts
 again and again, and a repeat is not a new sample.  And every bound covers a future sample as large
@@ -85,9 +91,11 @@ def off_policy_calibration(
     models: list[str],
     config: TrainConfig,
     n_val: int,
+    validation_cap: bool = False,
 ) -> OffPolicyCalibration:
     """``emb`` / ``p`` / ``rows`` / ``costs_usd``: the calibration rows, the first ``n_val`` of them
-    validation rows (with the head's predictions), the rest training rows (out-of-fold predictions)."""
+    validation rows (with the head's predictions), the rest training rows (out-of-fold predictions);
+    ``validation_cap``: cap each head-free bound by the validation rows' own (``--init``)."""
     choices, mus = policy_choices(model, emb, costs_usd, normalizer, policy_taus, tau_range, p)
     q = p.cpu().numpy().astype(np.float64)
     index = np.arange(len(q))
@@ -100,7 +108,7 @@ def off_policy_calibration(
         terms, _ = rows.dr_terms(choice, q)
         estimates.append(est)
         points.append(est.dr)
-        bound, check = point_bound(rows, choice, terms, n_val, config.calibration_z, full_rows, future)
+        bound, check = point_bound(rows, choice, terms, n_val, config.calibration_z, full_rows, future, validation_cap)
         checks.append(check)
         lower.append(bound)
         costs.append(float(costs_usd[index, choice].mean()))
@@ -159,16 +167,19 @@ def future_sample(rows: BanditRows, n_val: int) -> int:
 
 
 def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_val: int, z: float,
-                full_rows: bool, future: int | None = None) -> tuple[float, dict]:
+                full_rows: bool, future: int | None = None, validation_cap: bool = False) -> tuple[float, dict]:
     """One operating point's lower bound on accuracy (the least of those in the module docstring;
     -inf where any is undefined) and its parts for the manifest's ``off_policy_curve``."""
     def capped(values: np.ndarray, groups: np.ndarray | None, n_first: int) -> float:
-        """The lower of the bounds over all ``values`` and over their first ``n_first`` (validation)
-        ones; below MIN_MATCHED validation rows, none."""
+        """The bound over all ``values`` (with ``validation_cap``, no higher than the one over their
+        first ``n_first``, the validation ones); below MIN_MATCHED validation rows, none."""
         if n_first < MIN_MATCHED:
             return -np.inf
+        pooled = lower_bound(values, z, groups, future)
+        if not validation_cap:
+            return pooled
         first_groups = None if groups is None else groups[:n_first]
-        return min(lower_bound(values, z, groups, future), lower_bound(values[:n_first], z, first_groups, future))
+        return min(pooled, lower_bound(values[:n_first], z, first_groups, future))
 
     groups = rows.groups
     future = future_sample(rows, n_val) if future is None else future

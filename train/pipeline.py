@@ -64,6 +64,7 @@ from .calibration import (
     rule_points,
 )
 from .config import TrainConfig
+from .data.decision_log import VALIDATION_SHARE, with_validation_share
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
 from .encoding import BUNDLED_ENCODER_DIR, finetune_encoder, training_encoder
@@ -98,7 +99,9 @@ def load_training_data(config: TrainConfig) -> RoutingLog:
     )
     if config.init:  # the initial artifact's slots, in its head order
         data = data.with_models(read_manifest(config.init).models)
-    # a decision log brings its own time split (train, then val); it has no test part
+    if data.bandit:
+        data = with_validation_share(data, config.validation_share)
+    # a decision log brings its own split (by prompt hash, val: --validation-share); it has no test part
     return assign_splits(data, seed=config.seed, ratios=BANDIT_RATIOS if data.bandit else (0.7, 0.15, 0.15))
 
 
@@ -108,7 +111,7 @@ def set_determinism(seed: int) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-BANDIT_RATIOS = (0.85, 0.15, 0.0)
+BANDIT_RATIOS = (1 - VALIDATION_SHARE, VALIDATION_SHARE, 0.0)  # a decision log's (its reader already split it)
 
 
 def operating_point_candidates(
@@ -326,8 +329,12 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         require_validation_rows(bandit_rows, len(cal_val), data.models)
 
     t0 = time.perf_counter()
+    # On a decision log PPO scores every slot with the out-of-fold head, never a training label: a
+    # policy rewarded with the labels keeps the logged choices that were right and leaves the wrong
+    # ones, so only rows it never trained on could certify it.  Label-blind, every calibration row can.
+    policy_scores = np.full_like(data.scores[train_idx], np.nan) if data.bandit else data.scores[train_idx]
     normalizer, history, lambdas = train_policy(
-        model, emb_t[train_idx], data.scores[train_idx], costs[train_idx], p_oof, tau_range, config, rng,
+        model, emb_t[train_idx], policy_scores, costs[train_idx], p_oof, tau_range, config, rng,
         None if init_manifest is None else CostNormalizer.from_dict(init_manifest.cost_normalization),
     )
     timings["ppo_s"] = time.perf_counter() - t0
@@ -367,6 +374,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         off_policy = off_policy_calibration(
             model, emb_t[calib_idx], torch.cat([torch.as_tensor(cal_val_p, device=device), cal_p_oof]), bandit_rows,
             costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config, n_val=len(cal_val),
+            validation_cap=init_manifest is not None,
         )
         calibration, declared = off_policy.calibration, off_policy.declared
         calibration_acc, pooled = off_policy.lower, off_policy.curve

@@ -17,9 +17,10 @@ Per row of the resulting log:
   has it), NaN for slots that were not candidates;
 * ``propensity``: the probability with which the logging policy chose that slot (1.0 without
   exploration); ``logged_choice``: the chosen slot index; ``logged_tau``: its ``tau_effective``;
-* ``split``: by prompt -- a prompt whose hash falls in the top ``1 - TRAIN_SHARE`` is val, every other
-  prompt train, so a prompt repeated in the traffic never sits on both sides (measured on a simulated
-  log that repeats RouterBench prompts: a time split let the validation rows leak and the calibrated
+* ``split``: by prompt -- a prompt whose hash falls in the top ``VALIDATION_SHARE`` is val, every other
+  prompt train (``with_validation_share``: another share, ``proteus train --validation-share``), so
+  a prompt repeated in the traffic never sits on both sides (measured on a simulated log that
+  repeats RouterBench prompts: a time split let the validation rows leak and the calibrated
   artifact missed every floor on the test split); no test part (``proteus eval --log`` judges an
   artifact on a log it never trained on).
 
@@ -41,6 +42,7 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -56,7 +58,8 @@ from .routerbench import table_log
 
 FORMAT = "decision-log"
 RECORD_TYPES = ("decision", "outcome", "feedback")
-TRAIN_SHARE = 0.85
+# the prompts held out for the off-policy certificate (proteus train --validation-share: its default)
+VALIDATION_SHARE = 0.4
 
 
 def detect(frame: pd.DataFrame) -> bool:
@@ -227,8 +230,19 @@ def _utc(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def prompt_split(prompts: list[str]) -> np.ndarray:
-    return np.array(["val" if prompt_fraction(p) >= TRAIN_SHARE else "train" for p in prompts], dtype=object)
+def prompt_split(prompts: list[str], validation_share: float = VALIDATION_SHARE) -> np.ndarray:
+    return np.array(["val" if prompt_fraction(p) >= 1 - validation_share else "train" for p in prompts], dtype=object)
+
+
+def split_method(validation_share: float = VALIDATION_SHARE) -> str:
+    return f"prompt-hash:{1 - validation_share:.0%} train/rest val"
+
+
+def with_validation_share(log: RoutingLog, validation_share: float) -> RoutingLog:
+    """``log`` (read by this module) with ``validation_share`` of its prompts as val, by prompt hash."""
+    method = split_method(validation_share)
+    return replace(log, split=prompt_split(log.prompts, validation_share), split_method=method,
+                   provenance={**log.provenance, "split_method": method})
 
 
 def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
@@ -263,7 +277,7 @@ def shadow_log(tables: list[Table]) -> RoutingLog:
     models = list(dict.fromkeys(m for part in parts for m in part.models))
     log = concat_logs([part.with_models(models) for part in parts])
     log.split = prompt_split(log.prompts)
-    log.split_method = f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val"
+    log.split_method = split_method()
     log.source = FORMAT
     # rows, not lines: a shadow row read twice (a copied file) is one row once clean_log drops repeats of its sample_id
     log.provenance = {"format": FORMAT, "n_shadow_rows": len(set(log.sample_ids)) if log.sample_ids else len(log)}
@@ -332,7 +346,7 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         "labels_per_model": {m: int(labelled[chosen == j].sum()) for j, m in enumerate(models)},
         "feedback_sources": dict(sorted(Counter(feedback[r["sample_id"]][2] for i, r in enumerate(rows) if labelled[i]).items())),
         "artifacts": sorted({str(r.get("artifact", "")) for r in rows}),
-        "split_method": f"prompt-hash:{TRAIN_SHARE:.0%} train/rest val",
+        "split_method": split_method(),
     }
     return RoutingLog(
         prompts=prompts, scores=scores, costs=costs, models=models,

@@ -127,23 +127,27 @@ def test_head_free_terms_are_unbiased_where_the_log_explored_and_low_where_the_c
     assert rows.head_free_terms(target).mean() < true_value - 0.1
 
 
-def test_a_point_is_bounded_by_its_validation_rows_where_training_rows_flatter_it():
-    # 20 validation rows where the policy's choice was right 6 times, 80 training rows where the
-    # policy (trained on their labels) kept exactly the right logged choices
+def test_a_point_is_bounded_over_every_calibration_row_and_with_init_also_by_its_validation_rows():
+    # 20 validation rows where the policy's choice was right 6 times, 80 training rows where it was
+    # always right (with --init, an initial artifact that trained on those prompts may flatter them)
     scores = np.full((100, 2), np.nan)
     scores[:, 0] = np.r_[np.ones(6), np.zeros(14), np.ones(80)]
     rows = BanditRows(scores, np.zeros(100, dtype=int), np.ones(100))
     choice = np.zeros(100, dtype=int)
     dr = np.r_[scores[:20, 0], np.ones(80)]
+    pooled = lower_bound(scores[:, 0], 1.645, future=20)  # every row; the future sample is the validation split's
     bound, check = point_bound(rows, choice, dr, n_val=20, z=1.645, full_rows=False)
+    assert 0.7 < pooled < 0.86 and bound == pytest.approx(pooled) and check["head_free_lower"] == pytest.approx(pooled, abs=1e-5)
+    bound, check = point_bound(rows, choice, dr, n_val=20, z=1.645, full_rows=False, validation_cap=True)
     validation = lower_bound(scores[:20, 0], 1.645, future=20)  # 0.3 less its noise and a future sample's
     assert validation < 0.3 and bound == pytest.approx(validation) and check["head_free_lower"] == pytest.approx(validation, abs=1e-5)
-    assert point_bound(rows, choice, dr, n_val=19, z=1.645, full_rows=False)[0] == -np.inf  # too few to vouch
-    # with shadow rows their own scores bound it too, capped by the validation shadow rows' bound
+    for cap in (False, True):  # too few validation rows to vouch, however many training rows
+        assert point_bound(rows, choice, dr, n_val=19, z=1.645, full_rows=False, validation_cap=cap)[0] == -np.inf
+    # with shadow rows their own scores bound it too (with --init, capped by the validation shadow rows' bound)
     full = np.array([[0.0, 1.0]] * 8 + [[1.0, 1.0]] * 12)
     mixed = BanditRows(np.r_[full, scores[20:]], np.r_[np.full(20, -1), np.zeros(80, dtype=int)],
                        np.r_[np.full(20, np.nan), np.ones(80)])
-    bound, check = point_bound(mixed, choice, np.ones(100), n_val=20, z=1.645, full_rows=True)
+    bound, check = point_bound(mixed, choice, np.ones(100), n_val=20, z=1.645, full_rows=True, validation_cap=True)
     expected = lower_bound(full[:, 0], 1.645, future=20)  # the validation shadow rows are all of them here
     assert check["full_information_rows"] == 20 and check["full_information_lower"] == pytest.approx(expected, abs=1e-5)
     assert bound == pytest.approx(max(expected, check["head_free_lower"]), abs=1e-5)  # the tighter head-free bound

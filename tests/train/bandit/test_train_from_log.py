@@ -193,6 +193,8 @@ def test_bad_flags_end_with_an_error(logged):
     assert done.returncode == 2 and "error: --tiers: 'premium=1.5' is not NAME=TAU with TAU in (0, 1]" in done.stderr
     done = proteus("train", "--data", base / "explore", "--out", base / "y", "--propensity-weighting", "snips")
     assert done.returncode == 2 and "--propensity-weighting must be one of ['dr', 'ips', 'none']" in done.stderr
+    done = proteus("train", "--data", base / "explore", "--out", base / "y", "--validation-share", "1")
+    assert done.returncode == 2 and "error: --validation-share must be a number in (0, 1); got 1.0" in done.stderr
 
 
 def test_eval_with_a_log_prints_a_verdict_per_tier(logged):
@@ -303,3 +305,36 @@ def test_config_tiers_reads_the_proxy_example_config():
 
     example = Path(__file__).parents[3] / "config.example.yaml"
     assert config_tiers(example) == {"premium": 0.85, "standard": 0.82, "economy": 0.79}
+
+
+def test_the_policy_trained_on_a_decision_log_never_sees_a_label_and_every_calibration_row_bounds_it(logged, monkeypatch):
+    """PPO scores every slot with the out-of-fold head on a decision log, so its training rows are
+    as fresh to it as the validation rows, and the head-free bounds are taken over both; a
+    full-information log trains PPO on its labels, as before."""
+    from proteus_train import pipeline
+    from proteus_train.config import TrainConfig
+
+    base, _ = logged
+    seen: list[np.ndarray] = []
+    bounds: list[bool] = []
+    train_policy, calibration = pipeline.train_policy, pipeline.off_policy_calibration
+
+    def recording_policy(model, emb, scores, *args, **kwargs):
+        seen.append(np.asarray(scores))
+        return train_policy(model, emb, scores, *args, **kwargs)
+
+    def recording_calibration(*args, **kwargs):
+        bounds.append(kwargs["validation_cap"])
+        return calibration(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "train_policy", recording_policy)
+    monkeypatch.setattr(pipeline, "off_policy_calibration", recording_calibration)
+    tiny = dict(steps=40, perf_epochs=4, oof_folds=2, boost_steps=10, cache_dir=str(base / "cache"), progress=False)
+    pipeline.train(TrainConfig(data=[str(base / "explore-shadow")], **tiny), base / "label-blind")
+    assert np.isnan(seen[-1]).all() and bounds == [False]  # log alone: no label, every calibration row
+    curve = read_manifest(base / "label-blind").metrics["off_policy_curve"]
+    assert all(point["full_information_rows"] > 0 for point in curve)
+    pipeline.train(TrainConfig(data=[str(base / "explore-shadow")], init=DEFAULT_ARTIFACT_DIR, **tiny), base / "label-blind-init")
+    assert np.isnan(seen[-1]).all() and bounds == [False, True]  # --init: capped by the validation rows too
+    pipeline.train(TrainConfig(data=[str(base / "logs.csv")], **tiny), base / "full-information")
+    assert np.isfinite(seen[-1]).all()  # every model's outcome of every training row

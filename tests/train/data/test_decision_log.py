@@ -249,14 +249,15 @@ def test_a_log_without_any_label_says_so_and_proteus_train_ends_with_exit_2(tmp_
 
 
 def test_a_log_whose_labels_leave_too_few_validation_rows_is_refused_before_ppo(tmp_path, capsys):
-    """100 labelled decisions: the prompt-hash split leaves 16 validation rows, so no operating
-    point could have a bound; training stops before the policy is trained, saying why."""
+    """100 labelled decisions, 15 % of prompts held out: the prompt-hash split leaves 16 validation
+    rows, so no operating point could have a bound; training stops before the policy is trained."""
     from litellm_proteus.cli import main
 
     records = [decision(f"c{i}", 100.0 + i, i % 3, propensity=0.9, prompt=f"prompt number {i}") for i in range(100)]
     records += [feedback(f"c{i}", 200.0 + i, float(i % 2)) for i in range(100)]
     path = write(tmp_path / "decisions-x.jsonl", records)
-    assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet"]) == 2
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet",
+                 "--validation-share", "0.15"]) == 2
     err = capsys.readouterr().err
     assert "its calibration rows hold 16 validation rows, fewer than the 20 a lower bound on accuracy needs, from 100 labelled decisions" in err
     assert not (tmp_path / "art").exists()
@@ -325,3 +326,22 @@ def test_a_call_id_reused_for_another_prompt_labels_each_request_with_its_own_fe
     assert [log.scores[i, log.logged_choice[i]] for i in range(2)] == [0.0, 1.0]
     assert [(r.decision["prompt"], r.feedback) for r in join_log(tmp_path)] == [
         ("Write a haiku", 0.0), ("What is the capital of France?", 1.0)]
+
+
+def test_the_validation_share_holds_out_prompts_by_hash_with_their_repeats(tmp_path):
+    from proteus_train.data.decision_log import VALIDATION_SHARE, with_validation_share
+
+    records = [decision(f"c{i}", 100.0 + i, i % 3, prompt=f"prompt number {i % 500}") for i in range(1000)]
+    records += [feedback(f"c{i}", 2000.0 + i, 1.0) for i in range(1000)]
+    log = load_logs(write(tmp_path / "decisions-x.jsonl", records))
+    assert log.split_method == "prompt-hash:60% train/rest val" == log.provenance["split_method"]
+    for share in (0.15, VALIDATION_SHARE, 0.7):
+        resplit = with_validation_share(log, share)
+        val = {p for p, part in zip(resplit.prompts, resplit.split) if part == "val"}
+        train = {p for p, part in zip(resplit.prompts, resplit.split) if part == "train"}
+        assert not val & train  # a prompt asked twice sits on one side
+        assert abs(len(val) / 500 - share) < 0.07  # 500 prompts: within 3.5 binomial SE
+        assert resplit.provenance["split_method"] == resplit.split_method == f"prompt-hash:{1 - share:.0%} train/rest val"
+    # a larger share holds out a superset: the prompts of a smaller share stay validation prompts
+    small, large = (with_validation_share(log, s).split == "val" for s in (0.15, 0.4))
+    assert (large | ~small).all() and log.split.tolist() == with_validation_share(log, VALIDATION_SHARE).split.tolist()
