@@ -164,8 +164,9 @@ class TrainConfig:
     propensity_clip: float = option(20.0, "largest inverse-propensity weight with --propensity-weighting ips or dr")
     validation_share: float = option(
         VALIDATION_SHARE,
-        "decision logs: the share of prompts (by prompt hash) held out of the fits to certify the tau table on; "
-        "a larger share tightens the certificate and leaves fewer rows to learn from (docs/learn-from-traffic.md)",
+        "decision logs: the share of prompts (by prompt hash) held out of the fits; the tau table promises tau "
+        "over a future sample of as many prompts, so a larger share costs less margin and leaves fewer rows to "
+        "learn from (docs/learn-from-traffic.md)",
     )
     log_every: int = option(500, "PPO batches between training log lines")
     progress: bool = option(True, "--quiet: no progress bars", flag="--quiet")

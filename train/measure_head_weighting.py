@@ -22,10 +22,9 @@ from litellm_proteus.artifact import load_artifact
 
 from .config import PROPENSITY_WEIGHTINGS, TrainConfig
 from .data import assign_splits, load_logs
-from .data.decision_log import VALIDATION_SHARE, with_validation_share
+from .data.decision_log import VALIDATION_SHARE
 from .evaluation.inputs import artifact_encoder
 from .heads import fit_doubly_robust_head, fit_performance_head, ips_weights, masked_bce, out_of_fold_predictions
-from .pipeline import BANDIT_RATIOS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,12 +40,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="heads start from fresh weights (a log-alone training); --init then names the encoder only")
     parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
     args = parser.parse_args(argv)
+    if not 0 < args.validation_share < 1:
+        parser.error(f"--validation-share must be a number in (0, 1); got {args.validation_share}")
     torch.set_num_threads(1)
     model0, manifest = load_artifact(args.init)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        log = with_validation_share(load_logs(args.log).with_models(manifest.models), args.validation_share)
-        log = assign_splits(log, seed=args.seed, ratios=BANDIT_RATIOS)
+        log = load_logs(args.log, validation_share=args.validation_share).with_models(manifest.models)
+        log = assign_splits(log, seed=args.seed, ratios=(1 - args.validation_share, args.validation_share, 0.0))
         held = assign_splits(load_logs(args.data), seed=0).part(args.split).with_models(manifest.models)
     encoder = artifact_encoder(manifest.encoder, Path(args.init), args.cache_dir, "cpu", precision="fp32")
     emb = torch.as_tensor(encoder.encode(log.prompts, progress=False))

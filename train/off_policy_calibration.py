@@ -16,16 +16,17 @@ prefers.  So each point's bound is also capped by bounds that do not use the hea
 - with full-information rows (shadow rows, drawn at random), the bound of their scores alone, an
   unbiased sample of the policy; the tighter of the two holds, so it is the one that caps;
 - each over every calibration row, validation and out-of-fold training rows alike, with at least
-  ``MIN_MATCHED`` validation rows: on a decision log PPO never sees a training label (it scores every
-  slot with the out-of-fold head), and the training rows are routed with out-of-fold predictions, so
-  no part of the policy's choice on a training row was fitted to that row's outcome.  (A policy
-  rewarded with the labels keeps the logged choice where it was right and leaves it where it was
-  wrong: then only the validation rows are an unbiased sample.)
-- with ``--init`` (``validation_cap``), each also no higher than its own bound over the validation
-  rows alone: the initial artifact may have been trained on the log's prompts, so no prediction
-  derived from it is out-of-fold for them, and the narrower sample is the price of that doubt
-  (measured on simulated logs whose prompts the initial artifact trained on with full information:
-  pooled bounds alone missed test floors, docs/learn-from-traffic.md).
+  ``MIN_MATCHED`` validation rows: on a decision log PPO's reward uses no training label (it scores
+  every slot with the out-of-fold head), and the training rows are routed with out-of-fold
+  predictions.  What reaches a training row's choice from the training labels is the per-model
+  boosts b (one number a model) and the projection the policy reads, with no reward for exploiting
+  either.  (A policy rewarded with the labels keeps the logged choice where it was right and leaves
+  it where it was wrong: then only the validation rows are a fair sample.)
+- with ``validation_cap`` (``--init``, or an encoder fine-tuned on the training labels), each also no
+  higher than its own bound over the validation rows alone.  An initial artifact may have been
+  trained on the log's prompts, validation prompts too, so the cap does not remove that leak: its
+  narrower sample widens the bound, a margin measured on simulated logs whose prompts the initial
+  artifact trained on with full information (docs/learn-from-traffic.md).
 
 Every bound clusters its standard error by prompt (``BanditRows.groups``): traffic asks some prompts
 again and again, and a repeat is not a new sample.  And every bound covers a future sample as large

@@ -11,9 +11,11 @@ Pipeline (``train(config)``):
    "safe" because p is overfit, and miss its targets on new queries;
 4. PPO over single-step episodes: per batch of 32 queries, one session tau (a session = several
    batches with the same tau, tau ~ U(tau range)), mu ~ Beta(policy(z, tau_norm, lambda)), reward
-   eq. 4 taken in expectation over the model choice softmax(eq. 2 / T) -- exact, since the logs hold
-   every model's outcome, and far less noisy than sampling one model -- and the dual update of eq. 3
-   every 5 batches on the accuracy of deterministic (argmax) routing;
+   eq. 4 taken in expectation over the model choice softmax(eq. 2 / T) -- exact where the logs hold
+   every model's outcome, and far less noisy than sampling one model; on a decision log every
+   outcome is the out-of-fold p, so that no training label reaches the reward and every
+   calibration row can certify the policy -- and the dual update of eq. 3 every 5 batches on the
+   accuracy of deterministic (argmax) routing;
 5. calibrate on validation + out-of-fold training rows: each slot's p_i(x) (isotonic or Platt,
    ``p_calibration.py``) and a monotone table requested tau -> policy tau
    such that accuracy meets the requested tau (+ margin); the declared tau range is where that is
@@ -64,7 +66,6 @@ from .calibration import (
     rule_points,
 )
 from .config import TrainConfig
-from .data.decision_log import VALIDATION_SHARE, with_validation_share
 from .data.logs import RoutingLog
 from .distill import cached_static_encoder, copy_static_encoder
 from .encoding import BUNDLED_ENCODER_DIR, finetune_encoder, training_encoder
@@ -96,22 +97,19 @@ def load_training_data(config: TrainConfig) -> RoutingLog:
         prices=read_price_file(config.prices),
         seed=config.seed,
         skip_contaminated=config.skip_contaminated,
+        validation_share=config.validation_share,
     )
     if config.init:  # the initial artifact's slots, in its head order
         data = data.with_models(read_manifest(config.init).models)
-    if data.bandit:
-        data = with_validation_share(data, config.validation_share)
     # a decision log brings its own split (by prompt hash, val: --validation-share); it has no test part
-    return assign_splits(data, seed=config.seed, ratios=BANDIT_RATIOS if data.bandit else (0.7, 0.15, 0.15))
+    ratios = (1 - config.validation_share, config.validation_share, 0.0) if data.bandit else (0.7, 0.15, 0.15)
+    return assign_splits(data, seed=config.seed, ratios=ratios)
 
 
 def set_determinism(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
-
-
-BANDIT_RATIOS = (1 - VALIDATION_SHARE, VALIDATION_SHARE, 0.0)  # a decision log's (its reader already split it)
 
 
 def operating_point_candidates(
@@ -331,7 +329,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     t0 = time.perf_counter()
     # On a decision log PPO scores every slot with the out-of-fold head, never a training label: a
     # policy rewarded with the labels keeps the logged choices that were right and leaves the wrong
-    # ones, so only rows it never trained on could certify it.  Label-blind, every calibration row can.
+    # ones, so only rows it never trained on could certify it.  Label-blind, every calibration row
+    # bounds it (off_policy_calibration.py says what of the labels still reaches a choice).
     policy_scores = np.full_like(data.scores[train_idx], np.nan) if data.bandit else data.scores[train_idx]
     normalizer, history, lambdas = train_policy(
         model, emb_t[train_idx], policy_scores, costs[train_idx], p_oof, tau_range, config, rng,
@@ -374,7 +373,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
         off_policy = off_policy_calibration(
             model, emb_t[calib_idx], torch.cat([torch.as_tensor(cal_val_p, device=device), cal_p_oof]), bandit_rows,
             costs[calib_idx], normalizer, policy_taus, tau_range, data.models, config, n_val=len(cal_val),
-            validation_cap=init_manifest is not None,
+            # an initial artifact, or an encoder fine-tuned on every training label, leaves no prediction out-of-fold
+            validation_cap=init_manifest is not None or config.finetune_encoder,
         )
         calibration, declared = off_policy.calibration, off_policy.declared
         calibration_acc, pooled = off_policy.lower, off_policy.curve

@@ -2,9 +2,10 @@
 
 Single-step episodes: per batch of 32 queries, one session tau (a session = several batches with the
 same tau, tau ~ U(tau range)), mu ~ Beta(policy(z, tau_norm, lambda)), reward eq. 4 taken in
-expectation over the model choice softmax(eq. 2 / T) -- exact, since the logs hold every model's
-outcome, and far less noisy than sampling one model -- and the dual update of eq. 3 every 5 batches
-on the accuracy of deterministic (argmax) routing.
+expectation over the model choice softmax(eq. 2 / T) -- exact where the logs hold every model's
+outcome (an unobserved one, and every one of a decision log, is the out-of-fold p), and far less noisy
+than sampling one model -- and the dual update of eq. 3 every 5 batches on the accuracy of
+deterministic (argmax) routing.
 
 ``parallel_sessions`` sessions run side by side: each keeps its own tau, its own batches and its own
 dual-update window, exactly as one session alone would, and one PPO step trains on all their batches

@@ -533,6 +533,7 @@ class LoadOptions:
     # contaminated_prompts.jsonl files named explicitly: applied even without skip_contaminated, so that
     # re-loading a log's recorded ``paths`` reproduces it
     contamination_files: list[Path] = field(default_factory=list)
+    validation_share: float | None = None  # decision logs: the prompts split off as val (None: the reader's default)
 
 
 def require_columns(table: Table, columns: Sequence[str], fmt: str) -> None:

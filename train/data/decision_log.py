@@ -18,7 +18,7 @@ Per row of the resulting log:
 * ``propensity``: the probability with which the logging policy chose that slot (1.0 without
   exploration); ``logged_choice``: the chosen slot index; ``logged_tau``: its ``tau_effective``;
 * ``split``: by prompt -- a prompt whose hash falls in the top ``VALIDATION_SHARE`` is val, every other
-  prompt train (``with_validation_share``: another share, ``proteus train --validation-share``), so
+  prompt train (``load_logs(validation_share=...)``, ``proteus train --validation-share``), so
   a prompt repeated in the traffic never sits on both sides (measured on a simulated log that
   repeats RouterBench prompts: a time split let the validation rows leak and the calibrated
   artifact missed every floor on the test split); no test part (``proteus eval --log`` judges an
@@ -42,7 +42,6 @@ import math
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -235,22 +234,15 @@ def prompt_split(prompts: list[str], validation_share: float = VALIDATION_SHARE)
 
 
 def split_method(validation_share: float = VALIDATION_SHARE) -> str:
-    return f"prompt-hash:{1 - validation_share:.0%} train/rest val"
-
-
-def with_validation_share(log: RoutingLog, validation_share: float) -> RoutingLog:
-    """``log`` (read by this module) with ``validation_share`` of its prompts as val, by prompt hash."""
-    method = split_method(validation_share)
-    return replace(log, split=prompt_split(log.prompts, validation_share), split_method=method,
-                   provenance={**log.provenance, "split_method": method})
+    return f"prompt-hash:val share {validation_share:g}"
 
 
 def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
     """Decision records joined into bandit rows, plus any shadow rows as full-information rows."""
-    del options  # costs are logged per decision
+    share = VALIDATION_SHARE if options.validation_share is None else options.validation_share
     shadow = [t for t in tables if is_shadow(t.frame)]
     records = [t for t in tables if not is_shadow(t.frame)]
-    parts = ([bandit_log(records)] if records else []) + ([shadow_log(shadow)] if shadow else [])
+    parts = ([bandit_log(records, share)] if records else []) + ([shadow_log(shadow, share)] if shadow else [])
     if not any(np.isfinite(part.scores).any() for part in parts):
         raise ValueError(
             f"decision log ({', '.join(str(t.path) for t in tables[:3])}): none of its "
@@ -265,7 +257,7 @@ def load(tables: list[Table], options: LoadOptions) -> RoutingLog:
     return log
 
 
-def shadow_log(tables: list[Table]) -> RoutingLog:
+def shadow_log(tables: list[Table], validation_share: float = VALIDATION_SHARE) -> RoutingLog:
     """Shadow rows (full information, no logging policy) with a prompt-hash split."""
     parts = []
     for table in tables:
@@ -276,8 +268,8 @@ def shadow_log(tables: list[Table]) -> RoutingLog:
         parts.append(part)
     models = list(dict.fromkeys(m for part in parts for m in part.models))
     log = concat_logs([part.with_models(models) for part in parts])
-    log.split = prompt_split(log.prompts)
-    log.split_method = split_method()
+    log.split = prompt_split(log.prompts, validation_share)
+    log.split_method = split_method(validation_share)
     log.source = FORMAT
     # rows, not lines: a shadow row read twice (a copied file) is one row once clean_log drops repeats of its sample_id
     log.provenance = {"format": FORMAT, "n_shadow_rows": len(set(log.sample_ids)) if log.sample_ids else len(log)}
@@ -288,7 +280,7 @@ def _prompt_truncated(decision: Mapping[str, Any]) -> bool:
     return decision.get("prompt_truncated") in (True, 1)
 
 
-def bandit_log(tables: list[Table]) -> RoutingLog:
+def bandit_log(tables: list[Table], validation_share: float = VALIDATION_SHARE) -> RoutingLog:
     """Decision records joined by call_id: one bandit row per decision."""
     rows, outcomes, feedback = join(tables)
     where = ", ".join(str(t.path) for t in tables[:3])
@@ -329,7 +321,7 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         if row["sample_id"] in feedback and outcome.get("success") is not False:  # a failed pick's call: not its label
             scores[i, slot] = feedback[row["sample_id"]][1]
     prompts = [r["prompt"] for r in rows]
-    split = prompt_split(prompts)
+    split = prompt_split(prompts, validation_share)
     ts = [r["ts"] for r in rows]
     labelled = np.isfinite(scores).any(axis=1)
     provenance = {
@@ -346,7 +338,7 @@ def bandit_log(tables: list[Table]) -> RoutingLog:
         "labels_per_model": {m: int(labelled[chosen == j].sum()) for j, m in enumerate(models)},
         "feedback_sources": dict(sorted(Counter(feedback[r["sample_id"]][2] for i, r in enumerate(rows) if labelled[i]).items())),
         "artifacts": sorted({str(r.get("artifact", "")) for r in rows}),
-        "split_method": split_method(),
+        "split_method": split_method(validation_share),
     }
     return RoutingLog(
         prompts=prompts, scores=scores, costs=costs, models=models,

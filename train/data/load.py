@@ -56,6 +56,7 @@ def load_logs(
     prices: Mapping[str, Any] | None = None,
     seed: int = 0,
     skip_contaminated: bool = False,
+    validation_share: float | None = None,
 ) -> RoutingLog:
     """Load and concatenate routing logs.
 
@@ -64,6 +65,8 @@ def load_logs(
         formats without logged costs (SPROUT, RouteLLM).
     seed: accepted for symmetry with ``assign_splits``; loading itself is deterministic (no sampling).
     skip_contaminated: RouteLLM only, drop prompts listed in ``contaminated_prompts.jsonl``.
+    validation_share: decision logs only, the share of their prompts split off as val (by prompt
+        hash; None: ``decision_log.VALIDATION_SHARE``).
 
     The returned log keeps the splits the source declares (column / file names) or none; call
     ``assign_splits`` for the final train/val/test.
@@ -75,7 +78,8 @@ def load_logs(
         paths = [paths]
     if not paths:
         raise ValueError("no routing-log paths given")
-    options = LoadOptions(prices=price_table(prices), skip_contaminated=skip_contaminated)
+    options = LoadOptions(prices=price_table(prices), skip_contaminated=skip_contaminated,
+                          validation_share=validation_share)
 
     groups: dict[str, list[Table]] = {}
     skipped: dict[str, str | None] = {}  # path -> the format it is (None: none recognised)

@@ -62,16 +62,16 @@ def logged(tmp_path_factory):
                        "--rotate", "500", "--cache-dir", base / "cache")
         assert done.returncode == 0, done.stderr[-3000:]
         logs[name] = json.loads(done.stdout)
-    # the shadow log's models are right 95-99 % of the time: its validation shadow rows (about 45)
-    # then bound the policy above the bottom of the tau range
+    # the shadow log's models are right 95-99 % of the time: its shadow rows then bound the policy
+    # above the bottom of the tau range
     sure = write_wide_log(base / "sure.csv", accuracy=(0.95, 0.99))
     done = proteus("simulate-log", "--data", sure, "--split", "train", "--artifact", DEFAULT_ARTIFACT_DIR, "--tiers",
                    "premium=0.85", "economy=0.79", "--out", base / "shadow", "--requests", "600", "--label-share", "0.5",
                    "--exploration-rate", "0", "--shadow-share", "0.5", "--cache-dir", base / "cache")
     assert done.returncode == 0, done.stderr[-3000:]
     logs["shadow"] = json.loads(done.stdout)
-    # exploration and shadow rows together: a bandit log of this size alone vouches for no tau (its
-    # validation rows' own bound decides), so the training tests read this one
+    # exploration and shadow rows together: a bandit log of this size alone vouches for no tau with
+    # --init (its validation rows' own bound caps), so the training tests read this one
     done = proteus("simulate-log", "--data", sure, "--split", "train", "--artifact", DEFAULT_ARTIFACT_DIR, "--config", config,
                    "--out", base / "explore-shadow", "--requests", "600", "--label-share", "0.5", "--exploration-rate", "0.5",
                    "--shadow-share", "0.5", "--cache-dir", base / "cache")
@@ -308,9 +308,9 @@ def test_config_tiers_reads_the_proxy_example_config():
 
 
 def test_the_policy_trained_on_a_decision_log_never_sees_a_label_and_every_calibration_row_bounds_it(logged, monkeypatch):
-    """PPO scores every slot with the out-of-fold head on a decision log, so its training rows are
-    as fresh to it as the validation rows, and the head-free bounds are taken over both; a
-    full-information log trains PPO on its labels, as before."""
+    """PPO scores every slot with the out-of-fold head on a decision log, so its reward uses no
+    training label, and the head-free bounds are taken over training and validation rows; a
+    full-information log trains PPO on its labels."""
     from proteus_train import pipeline
     from proteus_train.config import TrainConfig
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from proteus_train.data import load_logs
@@ -329,19 +330,32 @@ def test_a_call_id_reused_for_another_prompt_labels_each_request_with_its_own_fe
 
 
 def test_the_validation_share_holds_out_prompts_by_hash_with_their_repeats(tmp_path):
-    from proteus_train.data.decision_log import VALIDATION_SHARE, with_validation_share
+    from proteus_train.data.decision_log import VALIDATION_SHARE
 
     records = [decision(f"c{i}", 100.0 + i, i % 3, prompt=f"prompt number {i % 500}") for i in range(1000)]
     records += [feedback(f"c{i}", 2000.0 + i, 1.0) for i in range(1000)]
-    log = load_logs(write(tmp_path / "decisions-x.jsonl", records))
-    assert log.split_method == "prompt-hash:60% train/rest val" == log.provenance["split_method"]
+    path = write(tmp_path / "decisions-x.jsonl", records)
+    splits = {}
     for share in (0.15, VALIDATION_SHARE, 0.7):
-        resplit = with_validation_share(log, share)
-        val = {p for p, part in zip(resplit.prompts, resplit.split) if part == "val"}
-        train = {p for p, part in zip(resplit.prompts, resplit.split) if part == "train"}
+        log = load_logs(path, validation_share=share)
+        val = {p for p, part in zip(log.prompts, log.split) if part == "val"}
+        train = {p for p, part in zip(log.prompts, log.split) if part == "train"}
         assert not val & train  # a prompt asked twice sits on one side
         assert abs(len(val) / 500 - share) < 0.07  # 500 prompts: within 3.5 binomial SE
-        assert resplit.provenance["split_method"] == resplit.split_method == f"prompt-hash:{1 - share:.0%} train/rest val"
+        assert log.provenance["split_method"] == log.split_method == f"prompt-hash:val share {share:g}"
+        splits[share] = log.split == "val"
     # a larger share holds out a superset: the prompts of a smaller share stay validation prompts
-    small, large = (with_validation_share(log, s).split == "val" for s in (0.15, 0.4))
-    assert (large | ~small).all() and log.split.tolist() == with_validation_share(log, VALIDATION_SHARE).split.tolist()
+    assert (splits[0.4] | ~splits[0.15]).all() and (load_logs(path).split == "val").tolist() == splits[0.4].tolist()
+
+
+def test_the_validation_share_splits_the_decision_log_only(tmp_path):
+    """A full-information log read beside a decision log keeps the split its files declare."""
+    records = [decision(f"c{i}", 100.0 + i, i % 3, prompt=f"prompt number {i}") for i in range(60)]
+    records += [feedback(f"c{i}", 2000.0 + i, 1.0) for i in range(60)]
+    write(tmp_path / "decisions-x.jsonl", records)
+    wide = pd.DataFrame([{"sample_id": f"w{i}", "prompt": f"wide prompt {i}", **{m: 1.0 for m in SLOTS},
+                          **{f"{m}|total_cost": 0.001 for m in SLOTS}} for i in range(30)])
+    wide.to_csv(tmp_path / "bench_test.csv", index=False)
+    log = load_logs(tmp_path, validation_share=0.7)
+    wide_rows = np.array([s.startswith("w") for s in log.sample_ids])
+    assert set(log.split[wide_rows]) == {"test"} and set(log.split[~wide_rows]) == {"train", "val"}
