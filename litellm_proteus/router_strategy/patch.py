@@ -311,6 +311,10 @@ def apply() -> None:
         if Router._normalize_strategy(self.routing_strategy) == STRATEGY_NAME:
             serving = _installed.get(self)
             attempt = _args_fingerprint(self.routing_strategy_args)
+            if serving is not None and _args_fingerprint(serving.routing_strategy_args) == attempt:
+                # already built from these args: update_settings switching to proteus with its args
+                # runs routing_strategy_init with them, then reports them as updated
+                return
             refused = _refused.get(self)
             if serving is not None and refused is not None and refused[0] == attempt and time.monotonic() < refused[2]:
                 # the same refused update again (LiteLLM's database sync re-sends it): no rebuild, no new log

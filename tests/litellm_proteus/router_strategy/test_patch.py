@@ -63,7 +63,8 @@ def test_wrappers_keep_litellms_signatures_and_apply_is_idempotent():
     assert Router.routing_strategy_init is before
 
 
-def test_every_router_rebuild_installs_the_strategy(steerable_artifact):
+def test_every_router_rebuild_installs_the_strategy(steerable_artifact, monkeypatch):
+    install = patch._install
     args = {"artifact": str(steerable_artifact)}
     router = Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)
     first = strategy_of(router)
@@ -72,12 +73,16 @@ def test_every_router_rebuild_installs_the_strategy(steerable_artifact):
     router.update_settings(routing_strategy="simple-shuffle")  # LiteLLM's re-init drops custom strategies
     assert strategy_of(router) is None and not hasattr(router, "proteus_strategy")
 
-    router.update_settings(routing_strategy="proteus", routing_strategy_args=args)
-    assert strategy_of(router) is not None
+    built = []
+    monkeypatch.setattr(patch, "_install", lambda *a: built.append(a[1]) or install(*a))
+    # back with other args than it left with: LiteLLM inits the strategy with them, then reports them as updated
+    back = {**args, "allow_direct_deployments": True}
+    router.update_settings(routing_strategy="proteus", routing_strategy_args=back)
+    assert strategy_of(router) is not None and built == [back]  # built once
 
     new_args = {**args, "tiers": {"gold": 0.8}, "default_tier": "gold"}
     router.update_settings(routing_strategy_args=new_args)  # args-only update (e.g. from the DB)
-    assert strategy_of(router).config.tiers == {"gold": 0.8}
+    assert strategy_of(router).config.tiers == {"gold": 0.8} and built == [back, new_args]
 
     # a rebuild keeps the tier store: its connections and every key's last known tier
     with_redis = {**new_args, "redis": {"url": "redis://127.0.0.1:1/0"}}
