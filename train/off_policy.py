@@ -122,12 +122,6 @@ class BanditRows:
         candidates they call)."""
         return np.flatnonzero((self.logged_choice < 0) & np.isfinite(self.scores[np.arange(len(choice)), choice]))
 
-    def observed_scores(self, choice: np.ndarray, first: int | None = None) -> np.ndarray:
-        """Those rows' scores of the choice; ``first``: among the first rows only."""
-        rows = self.observed_rows(choice)
-        rows = rows[rows < first] if first is not None else rows
-        return self.scores[rows, choice[rows]]
-
     def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:
         terms, match = self.dr_terms(choice, q)
         n = len(terms)

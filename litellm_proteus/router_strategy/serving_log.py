@@ -58,7 +58,7 @@ from ..shadow_budget import DailyBudget
 logger = logging.getLogger("litellm_proteus.serving_log")
 _logs: dict[str, tuple[DecisionLogWriter, FeedbackDesk]] = {}
 # the desk of the last writer released: a log turned off and on again takes its feedback index back
-_retired_desk: list[FeedbackDesk] = []
+_retired_desk: FeedbackDesk | None = None
 attempts = AttemptLedger()  # the open PROTEUS picks of each request of this process
 _shadows: dict[str, ShadowEvaluator] = {}
 _lock = threading.Lock()
@@ -103,7 +103,7 @@ def shared_decision_log(config: ProteusConfig, replaces: FeedbackDesk | None = N
             writer_client = redis_client(config.redis, WRITE_TIMEOUT_S) if config.redis else None
             writer = DecisionLogWriter(settings, writer_client, retry_after_s=retry, owns_redis=True)
             desk = FeedbackDesk(settings, writer.submit, client)
-            replaces = replaces or next(iter(_retired_desk), None)
+            replaces = replaces or _retired_desk
             if replaces is not None:  # decisions routed under the earlier configuration keep their feedback
                 desk.adopt(replaces)
             writer.on_unlogged = _forget  # a decision the writer could not log takes no feedback
@@ -123,6 +123,7 @@ def _forget(record: dict) -> None:
 def release_unused(live: Sequence[Any]) -> int:
     """Close the decision-log writers and shadow evaluators (files, their budget's Redis client) none
     of the ``live`` strategies uses; returns how many were released."""
+    global _retired_desk
     writers = {id(s.decision_log) for s in live}
     shadows = {id(s.shadow) for s in live}
     with _lock:
@@ -132,7 +133,7 @@ def release_unused(live: Sequence[Any]) -> int:
         writer.close(wait=False)  # off the caller's thread: the writer ends once its queue is written
         if desk.redis is not None:  # the desk's own client (the writer's has its own timeout)
             desk.redis.close()
-        _retired_desk[:] = [desk]  # its in-memory index answers while Redis is down or not configured
+        _retired_desk = desk  # its in-memory index answers while Redis is down or not configured
     for evaluator in evaluators:
         evaluator.close()
     return len(logs) + len(evaluators)
@@ -290,7 +291,7 @@ def _write_outcome(attempt: Attempt, call_id: str, success: bool, *, response_co
                            "in %s: %s", short_repr(call_id), folder, exc)
     else:
         writer.submit(record, attempt.key_hash)
-    desk = getattr(strategy, "feedback_desk", None) or next(iter(_retired_desk), None)
+    desk = getattr(strategy, "feedback_desk", None) or _retired_desk
     if desk is not None:  # a failed pick takes no score, wherever the log went
         desk.settle(record, attempt.key_hash)
     if strategy is None:

@@ -91,11 +91,11 @@ def test_full_information_rows_observe_the_choice_without_a_propensity():
     assert rows.labelled_slots.tolist() == [True, True]
 
 
-def test_observed_scores_are_the_full_information_rows_that_scored_the_choice():
+def test_observed_rows_are_the_full_information_rows_that_scored_the_choice():
     scores = np.array([[1.0, np.nan], [0.0, 1.0], [1.0, np.nan]])
     rows = BanditRows(scores, np.array([0, -1, -1]), np.array([1.0, np.nan, np.nan]))
-    assert rows.observed_scores(np.array([0, 0, 0])).tolist() == [0.0, 1.0]  # bandit row 0 is not one
-    assert rows.observed_scores(np.array([1, 1, 1])).tolist() == [1.0]  # row 2 did not score slot 1
+    assert rows.scores[rows.observed_rows(np.array([0, 0, 0])), 0].tolist() == [0.0, 1.0]  # bandit row 0 is not one
+    assert rows.scores[rows.observed_rows(np.array([1, 1, 1])), 1].tolist() == [1.0]  # row 2 did not score slot 1
 
 
 def test_head_free_terms_count_unobserved_choices_as_failed_and_weigh_explored_ones():
