@@ -52,6 +52,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
@@ -244,6 +245,31 @@ def update_delta(state: WindowState, tau: float, s: ComplianceSettings, margin: 
     state.infeasible = state.sum_best / state.n + residual < tau - INFEASIBLE_TOLERANCE
 
 
+def newest(state: WindowState, window: int, label_window: int, decisions: list[tuple[float, float]],
+           labels: list[tuple[float, float]]) -> WindowState:
+    """``state`` counting only its newest ``window`` decisions and ``label_window`` labels: what the
+    next call leaves of a window made smaller, so a snapshot shows it at once (delta and the
+    infeasible flag move at that call).  ``decisions`` / ``labels``: the newest entries known one by
+    one, (p, p_best) / (p, label), oldest first; older ones count at the state's seed means."""
+    out = replace(state)
+    if state.n > window:
+        kept = decisions[-window:]
+        seeded = window - len(kept)  # > 0 only while entries known by their sums alone are among the newest
+        mean_p, mean_p2, mean_best = state.seed_mean
+        out.n = window
+        out.sum_p = sum(p for p, _ in kept) + seeded * mean_p
+        out.sum_p2 = sum(p * p for p, _ in kept) + seeded * mean_p2
+        out.sum_best = sum(b for _, b in kept) + seeded * mean_best
+    if state.n_labels > label_window:
+        kept = labels[-label_window:]
+        seeded = label_window - len(kept)
+        mean_res, mean_y = state.seed_label_mean
+        out.n_labels = label_window
+        out.sum_res = sum(y - p for p, y in kept) + seeded * mean_res
+        out.sum_y = sum(y for _, y in kept) + seeded * mean_y
+    return out
+
+
 def list_lost(length: int, counted: str | None, summed: bool) -> bool:
     """Whether a Redis list no longer holds what its hash's sums count (``_LUA``'s ``lost``):
     ``counted`` is the hash's count of it (None: none), ``summed`` whether the hash holds its sums."""
@@ -300,6 +326,16 @@ class LocalBackend:
         """``key``'s sums, delta and flag as of one moment (a copy; the entry deques are shared)."""
         with self._lock:
             return replace(self._get(key))
+
+    def newest(self, key: str) -> WindowState:
+        """``state`` as the current settings' windows count it (``newest``)."""
+        tail = lambda entries, k: list(islice(reversed(entries), k))[::-1]  # noqa: E731
+        with self._lock:
+            state = self._get(key)
+            if state.n <= self.s.window and state.n_labels <= self.s.label_window:
+                return replace(state)
+            return newest(state, self.s.window, self.s.label_window, tail(state.decisions, self.s.window),
+                          tail(state.labels, self.s.label_window))
 
     def continue_from(self, key: str, shared: WindowState) -> None:
         """Replace ``key``'s state by one that goes on from ``shared`` (the last read from Redis)."""
@@ -629,8 +665,21 @@ class RedisBackend:
         self.seen[key] = state
         return state
 
+    def newest(self, key: str) -> WindowState:
+        """``state`` as the current settings' windows count it (``newest``); the lists are read only
+        when a window was made smaller and the script has not trimmed it yet."""
+        state = self.state(key)
+        if state.n <= self.s.window and state.n_labels <= self.s.label_window:
+            return state
+        _, dl, ll = self._keys(key)
+        pairs = lambda entries: [tuple(float(v) for v in e.split(" ")) for e in entries]  # noqa: E731
+        pipe = self.client.pipeline(transaction=True)
+        pipe.lrange(dl, -self.s.window, -1).lrange(ll, -self.s.label_window, -1)
+        decisions, labels = pipe.execute()
+        return newest(state, self.s.window, self.s.label_window, pairs(decisions), pairs(labels))
 
-_STATE_METHODS = frozenset({"read", "decision", "feedback", "state"})  # their first argument: the state key
+
+_STATE_METHODS = frozenset({"read", "decision", "feedback", "state", "newest"})  # their first argument: the state key
 FAILURES_BEFORE_LOCAL = 2  # failed Redis calls of one kind in a row that switch a process to local state
 
 
@@ -751,7 +800,7 @@ class ComplianceController:
         self._call("clear_residuals", deployment_id)
 
     def snapshot(self, state_key: str) -> dict[str, Any]:
-        state: WindowState = self._call("state", state_key)
+        state: WindowState = self._call("newest", state_key)
         realised, lo, hi = realised_bounds(state.n_labels, state.sum_y)
         return {
             "n": state.n,

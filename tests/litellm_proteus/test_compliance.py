@@ -270,7 +270,13 @@ def test_a_settings_change_goes_on_from_the_state_and_a_smaller_window_shrinks_a
     before = first.snapshot(KEY)
     second = shared_controller(settings(window=10, label_window=12, key_prefix="settings-change:"), url, 1.0, 0.0,
                                replaces=first)
-    assert second is not first and second.snapshot(KEY) == pytest.approx(before, nan_ok=True)  # the state goes on
+    assert second is not first
+    # the state goes on, counted by the new windows at once: their newest 10 decisions and 12 labels
+    shrunk = second.snapshot(KEY)
+    assert (shrunk["n"], shrunk["n_labels"], shrunk["delta"]) == (10, 12, before["delta"])
+    assert shrunk["p_mean"] == pytest.approx(sum(0.6 + 0.01 * (i % 10) for i in range(20, 30)) / 10)
+    assert shrunk["realised_mean"] == pytest.approx(sum(float(i % 2) for i in range(18, 30)) / 12)
+    assert (before["n"], before["n_labels"]) == (20, 24)
     assert release_unused(_live_shared(but=first)) == [first]  # what no strategy uses any more closes
     assert first.released and not second.released
     second.record_decision(KEY, TAU, 0.65, 0.9)
@@ -919,3 +925,20 @@ def test_redis_state_matches_the_local_update_across_a_lost_list_or_hash(redis_s
     for field in ("n", "p_mean", "p_best_mean", "n_labels", "residual", "delta"):
         assert got[field] == pytest.approx(want[field], abs=1e-9), field
     assert remote._call("state", KEY).sum_p2 == pytest.approx(local._call("state", KEY).sum_p2, abs=1e-9)
+
+
+def test_a_window_made_smaller_counts_entries_known_only_by_their_sums_at_their_mean():
+    """A local state continued from Redis knows its oldest entries by their sums alone: where the
+    newest entries of a smaller window reach into them, they count at their mean."""
+    from litellm_proteus.compliance import WindowState, newest
+
+    from_redis = WindowState(n=6, sum_p=3.0, sum_p2=1.8, sum_best=5.4, n_labels=4, sum_res=0.4, sum_y=2.0).continued()
+    from_redis.decisions.extend([(0.9, 1.0), (0.7, 0.8)])  # two decisions since: 8 in the window
+    from_redis.n, from_redis.sum_p, from_redis.sum_p2, from_redis.sum_best = 8, 4.6, 3.1, 7.2
+    view = newest(from_redis, 5, 3, list(from_redis.decisions), [])
+    assert (view.n, view.n_labels) == (5, 3)
+    assert view.sum_p == pytest.approx(0.9 + 0.7 + 3 * 0.5)
+    assert view.sum_p2 == pytest.approx(0.81 + 0.49 + 3 * 0.3)
+    assert view.sum_best == pytest.approx(1.0 + 0.8 + 3 * 0.9)
+    assert (view.sum_res, view.sum_y) == pytest.approx((3 * 0.1, 3 * 0.5))
+    assert (from_redis.n, from_redis.n_labels) == (8, 4)  # a view: the state itself is unchanged
