@@ -159,6 +159,11 @@ class PredictorOptions(BaseModel):
     def as_kwargs(self) -> dict[str, Any]:
         """Only what was set: the predictor's own defaults apply to the rest."""
         return self.model_dump(exclude_unset=True)
+
+
+FEEDBACK_MAX_AGE_LIMIT_S = 10 * 365 * 86400  # ten years: an EXPIRE Redis takes (.inf or 1e17 it refuses)
+
+
 class DecisionLogSettings(BaseModel):
     """The decision log (``litellm_proteus/decision_log.py``) and the feedback it makes possible."""
 
@@ -183,7 +188,10 @@ class DecisionLogSettings(BaseModel):
     )
     redis_key_prefix: str = "proteus:decision:"
     index_size: Integer = Field(100_000, ge=1, description="decisions kept in memory per process for feedback lookups")
-    feedback_max_age_s: Number = Field(7 * 86400.0, gt=0, description="feedback for an older decision is refused (late)")
+    feedback_max_age_s: Number = Field(
+        7 * 86400.0, gt=0, le=FEEDBACK_MAX_AGE_LIMIT_S,
+        description="feedback for an older decision is refused (late); also the Redis index's EXPIRE, so finite",
+    )
     feedback_from: Literal["owner", "admin", "any"] = Field(
         "owner",
         description="who may score a call over HTTP: owner = the key that made the request, or a proxy admin; "

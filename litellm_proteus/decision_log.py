@@ -32,6 +32,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import queue
 import threading
@@ -179,7 +180,8 @@ def outcome_record(
     client_disconnected: bool = False,
 ) -> dict[str, Any]:
     """``client_disconnected``: the client left a stream mid-way and the proxy billed the part sent
-    (LiteLLM's disconnect handler runs the success callback on it): ``response`` is that part."""
+    (LiteLLM's disconnect handler runs the success callback on it): ``response`` is that part.
+    ``response_cost`` and ``latency_ms`` are kept only as finite numbers (``finite_number``), else null."""
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "type": "outcome",
@@ -187,8 +189,8 @@ def outcome_record(
         "ts": time.time() if ts is None else ts,
         "deployment_id": deployment_id,
         "success": success,
-        "response_cost": response_cost,
-        "latency_ms": latency_ms,
+        "response_cost": finite_number(response_cost),
+        "latency_ms": finite_number(latency_ms),
         "error": error,
     }
     if response is not None:
@@ -196,6 +198,18 @@ def outcome_record(
     if client_disconnected:
         record["client_disconnected"] = True
     return record
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite int or float, else None: a cost or latency that is NaN,
+    an infinity, a bool (an int to Python) or no number at all is unknown (null), not a number to sum."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def feedback_record(call_id: str, score: float, source: str, ts: float | None = None) -> dict[str, Any]:
@@ -267,8 +281,8 @@ def fit_line(record: dict[str, Any], max_bytes: int) -> tuple[str | None, dict[s
     it stays whole when it can); each field that was cut is marked ``<field>_truncated: true`` and
     only those (``prompt_sha256`` stays the hash of the whole prompt); ``(None, record)`` when even
     empty text fields do not fit.  Lines are ASCII (``json.dumps`` escapes the rest), so characters are
-    bytes.  TypeError / ValueError for a record JSON cannot hold."""
-    line = json.dumps(record, separators=(",", ":")) + "\n"
+    bytes.  TypeError / ValueError for a record JSON cannot hold (NaN and infinities included: ``compact``)."""
+    line = compact(record) + "\n"
     if len(line) <= max_bytes:
         return line, record
     fields = sorted((f for f in TEXT_FIELDS if isinstance(record.get(f), str) and record[f]),
@@ -276,7 +290,7 @@ def fit_line(record: dict[str, Any], max_bytes: int) -> tuple[str | None, dict[s
     if not fields:
         return None, record
     bare = {**record, **{f: "" for f in fields}, **{f"{f}_truncated": True for f in fields}}
-    room = max_bytes - len(json.dumps(bare, separators=(",", ":")) + "\n")
+    room = max_bytes - len(compact(bare) + "\n")
     if room < 0:
         return None, record
     fitted = dict(bare)
@@ -286,7 +300,7 @@ def fit_line(record: dict[str, Any], max_bytes: int) -> tuple[str | None, dict[s
         room -= _escaped_len(fitted[field])
         if fitted[field] == record[field]:  # it fit whole: not marked (the line only gets shorter)
             del fitted[f"{field}_truncated"]
-    line = json.dumps(fitted, separators=(",", ":")) + "\n"
+    line = compact(fitted) + "\n"
     return line, fitted
 
 
@@ -686,7 +700,7 @@ class DecisionLogWriter:
             record, owner = (item.record, item.owner) if isinstance(item, _Owned) else (item, NO_OWNER)
             try:
                 line, fitted = (fit_line(record, self.files.max_bytes) if self.files is not None
-                                else (json.dumps(record, separators=(",", ":")) + "\n", record))
+                                else (compact(record) + "\n", record))
             except (TypeError, ValueError, RecursionError) as exc:  # one bad record: only it is lost
                 unserialisable += 1
                 self._unlogged(record)
@@ -747,9 +761,9 @@ class DecisionLogWriter:
         if time.monotonic() < self._redis_down_until:
             self.redis_skipped += len(stream)
             return
-        ttl = max(1, int(settings.feedback_max_age_s))
         index = list(self._index_backlog)
-        try:
+        try:  # the TTL too: an error here is Redis's trouble, never a file drop
+            ttl = index_ttl_s(settings)
             pipe = self.redis.pipeline(transaction=False)
             for line in stream:
                 pipe.xadd(settings.redis_stream, {"record": line}, maxlen=settings.redis_stream_maxlen, approximate=True)
@@ -829,13 +843,20 @@ return fresh
 """
 
 
+def index_ttl_s(settings: DecisionLogSettings) -> int:
+    """The index hash's EXPIRE: ``feedback_max_age_s`` in whole seconds (the config bounds it to one Redis takes)."""
+    return max(1, int(settings.feedback_max_age_s))
+
+
 def owner_token(key_hash: Any) -> str:
     """How the index names the key that owns a call id (``null`` for a decision without a key)."""
     return json.dumps(key_hash)
 
 
 def compact(record: Mapping[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"))
+    """One JSON line; ValueError for NaN or an infinity, which JSON cannot hold (json.dumps would write
+    ``NaN``, a line no strict reader takes)."""
+    return json.dumps(record, separators=(",", ":"), allow_nan=False)
 
 
 def outcome_summary(outcome: Mapping[str, Any]) -> dict[str, Any]:
@@ -900,7 +921,8 @@ def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
     """Every record of every file, file by file.  A file's last line that has no newline and does not
     parse (a writer killed mid-line) is skipped with a warning naming ``file:line``; any other line
     that is not a JSON object of a schema in ``READ_SCHEMAS`` and a type in ``RECORD_TYPES`` is a
-    ValueError naming ``file:line`` (the trainer's reader refuses the same lines)."""
+    ValueError naming ``file:line`` (the trainer's reader refuses the same lines); so is a record
+    whose ``call_id`` is not a non-empty string or whose ``ts`` is not a finite number, naming the field."""
     for path in log_files(directory):
         with open(path, "rb") as handle:
             for lineno, raw in enumerate(handle, 1):
@@ -925,7 +947,18 @@ def iter_records(directory: str | Path) -> Iterator[dict[str, Any]]:
                 if record.get("type") not in RECORD_TYPES:
                     raise ValueError(f"{where}: field 'type' is {short_repr(record.get('type'))}; allowed: "
                                      f"{list(RECORD_TYPES)}")
+                # every reader groups records by call id and orders them by ts
+                if not isinstance(record.get("call_id"), str) or not record["call_id"]:
+                    raise ValueError(f"{where}: field 'call_id' is {_shown(record, 'call_id')}; it must be a "
+                                     "non-empty string (the request's litellm_call_id)")
+                if finite_number(record.get("ts")) is None:
+                    raise ValueError(f"{where}: field 'ts' is {_shown(record, 'ts')}; it must be a finite number "
+                                     "(unix seconds)")
                 yield record
+
+
+def _shown(record: Mapping[str, Any], field: str) -> str:
+    return short_repr(record[field]) if field in record else "missing"
 
 
 def supersedes(record: Mapping[str, Any], previous: Mapping[str, Any] | None) -> bool:

@@ -54,6 +54,7 @@ from .decision_log import (
     chosen_deployment_id,
     index_entry,
     index_key,
+    index_ttl_s,
     outcome_summary,
     feedback_record,
     call_requests,
@@ -304,22 +305,24 @@ class FeedbackDesk:
             )
         if outcome is not None and outcome_of(decision, outcome):
             refuse_unanswered(call_id, decision, outcome)
-        self._claim(call_id, float(decision["ts"]), now)
-        if not self.append(feedback_record(call_id, score, source, ts=now)):
+        ts = feedback_ts(now, float(decision["ts"]))
+        self._claim(call_id, float(decision["ts"]), ts)
+        if not self.append(feedback_record(call_id, score, source, ts=ts)):
             self._release(call_id)
             raise FeedbackError("decision log queue is full; retry later", 503)
         return decision
 
-    def _claim(self, call_id: str, decision_ts: float, now: float) -> None:
-        """Take the call's one score.  Redis, when it answers, decides for every worker (its index
-        starts a reused call id's new request afresh); this process's memory decides while it is down,
-        and the writer tells Redis of the score (the feedback record's index entry) once it answers."""
+    def _claim(self, call_id: str, decision_ts: float, ts: float) -> None:
+        """Take the call's one score, taken at ``ts`` (its feedback record's: after its decision's).
+        Redis, when it answers, decides for every worker (its index starts a reused call id's new
+        request afresh); this process's memory decides while it is down, and the writer tells Redis
+        of the score (the feedback record's index entry) once it answers."""
         duplicate = FeedbackError(f"call_id {call_id!r} already has feedback", 409, "call_id")
         fresh = None
         if self.redis is not None:
             try:
                 fresh = bool(self.redis.eval(CLAIM_SCRIPT, 1, index_key(self.settings.redis_key_prefix, call_id),
-                                             max(1, int(self.settings.feedback_max_age_s)), repr(now)))
+                                             index_ttl_s(self.settings), repr(ts)))
             except Exception:  # Redis down: this process's memory is what there is
                 fresh = None
         with self._lock:
@@ -328,7 +331,7 @@ class FeedbackDesk:
             # (``scored``: when the call's score was taken; a decision after it is another request)
             if fresh is False or (scored is not None and decision_ts <= scored):
                 raise duplicate
-            self._scored[call_id] = now
+            self._scored[call_id] = ts
             self._scored.move_to_end(call_id)
             while len(self._scored) > self.settings.index_size:
                 self._scored.popitem(last=False)
@@ -341,6 +344,13 @@ class FeedbackDesk:
                 self.redis.hdel(index_key(self.settings.redis_key_prefix, call_id), INDEX_FEEDBACK)
             except Exception:
                 pass
+
+
+def feedback_ts(now: float, decision_ts: float) -> float:
+    """A feedback record's ``ts``: ``now``, but never at or before its decision's, which another
+    instance's clock (running ahead of this one) may have stamped: readers (``call_requests``) and the
+    duplicate checks take feedback only after its decision."""
+    return max(now, math.nextafter(decision_ts, math.inf))
 
 
 def _object(line: Any, *required: str) -> dict[str, Any] | None:
@@ -399,7 +409,7 @@ def append_to_log_dir(directory: str | Path, call_id: Any, score: Any, source: s
     now = time.time()
     if max_age_s is not None and now - float(decision["ts"]) > max_age_s:
         raise FeedbackError(f"feedback for {call_id!r} is late: its decision is older than {max_age_s:g}s", 410, "call_id")
-    append_records(directory, [feedback_record(call_id, score, source, ts=now)])
+    append_records(directory, [feedback_record(call_id, score, source, ts=feedback_ts(now, float(decision["ts"])))])
     return decision
 
 

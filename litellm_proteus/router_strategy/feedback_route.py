@@ -5,8 +5,8 @@ at start-up, in every worker) adds an ``APIRouter`` to ``litellm.proxy.proxy_ser
 by LiteLLM's own ``user_api_key_auth`` dependency: the same authentication as LiteLLM's own routes
 (a ``custom_auth`` function, the master key, virtual keys), with LiteLLM's answers to a missing or
 wrong key.  (LiteLLM virtual keys that are not proxy admins also need the route in their
-``allowed_routes``, as for any non-OpenAI route.)  A body that is not a JSON object (or is nested
-deeper than the JSON parser goes) is a 400 before authentication (LiteLLM's auth cannot read such a
+``allowed_routes``, as for any non-OpenAI route.)  A body that is not a JSON object (or is not UTF-8,
+or is nested deeper than the JSON parser goes) is a 400 before authentication (LiteLLM's auth cannot read such a
 body).  Then ``parse_feedback_body``: fields other than ``call_id``, ``score`` and ``source`` are a
 400.  The caller (LiteLLM's ``UserAPIKeyAuth`` for the request: its key, hashed as the decision log
 stores a request's key, and whether it is a proxy admin, such as the master key) is checked against
@@ -50,6 +50,8 @@ async def require_json_object(request: Request) -> None:
         body, why = None, f"; it is not JSON ({error.msg} at line {error.lineno} column {error.colno})"
     except RecursionError:
         body, why = None, "; it is nested deeper than the JSON parser goes"
+    except UnicodeDecodeError as error:  # a ValueError too: before the digits limit's
+        body, why = None, f"; it is not UTF-8 JSON (byte {error.start}: {error.reason})"
     except ValueError:  # Python's limit on integer digits (sys.get_int_max_str_digits)
         body, why = None, f"; it holds a number of more than {sys.get_int_max_str_digits()} digits"
     if body is not None and not isinstance(body, dict):

@@ -41,6 +41,7 @@ from ..decision_log import (
     LoggedCandidate,
     append_records,
     decision_record,
+    finite_number,
     fit_line,
     outcome_record,
     redis_client,
@@ -391,7 +392,7 @@ def log_outcome(strategy: Any, kwargs: dict, response: Any, start_time: Any, end
                         judge_deployments=lambda: owner.router.get_model_list(model_name=shadow.settings.judge_model) or [])
     _write_outcome(
         attempt, call_id, success,
-        response_cost=float(cost) if isinstance(cost, (int, float)) else None,
+        response_cost=finite_number(cost),  # LiteLLM's cost may be NaN, an infinity or a bool: null then
         latency_ms=latency_ms,
         error=error,
         response=response_text(response) if success and settings is not None and settings.log_responses else None,

@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -636,3 +637,153 @@ def test_feedback_log_scores_the_latest_request_of_a_reused_call_id(tmp_path):
     with pytest.raises(FeedbackError, match="already has feedback"):
         append_to_log_dir(directory, "fixed-id-1", 1.0, "cli")
     assert [(r.decision["ts"], r.feedback) for r in join_log(directory)] == [(10.0, 0.0), (20.0, 1.0)]
+
+
+# -- values a log line or Redis cannot hold ------------------------------------------------------------
+def test_feedback_max_age_s_is_bounded_to_an_expiry_redis_takes():
+    """The Redis index expires each call's hash after ``feedback_max_age_s``: ``.inf`` or 1e17 is no
+    EXPIRE Redis takes, so the config refuses them, naming the field and the allowed values."""
+    import yaml
+
+    for raw in (yaml.safe_load("feedback_max_age_s: .inf")["feedback_max_age_s"], 1e17, 315360001):
+        with pytest.raises(ProteusConfigError, match=r"decision_log\.feedback_max_age_s: .*\(allowed: a number > 0 "
+                                                     r"and <= 315360000\)"):
+            ProteusConfig.parse({"decision_log": {"dir": "/tmp/x", "feedback_max_age_s": raw}})
+    assert ProteusConfig.parse({"decision_log": {"dir": "/tmp/x", "feedback_max_age_s": 315360000}}
+                               ).decision_log.feedback_max_age_s == 315360000
+
+
+def test_the_longest_feedback_max_age_s_indexes_decisions_in_redis(tmp_path, redis_server):
+    from litellm_proteus.feedback import FeedbackDesk
+
+    config = settings(tmp_path, feedback_max_age_s=315360000)
+    client = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
+    writer = DecisionLogWriter(config, client)
+    try:
+        writer.submit(make_decision("c1"))
+        assert writer.flush()
+        assert writer.dropped == writer.redis_skipped == 0
+        assert 0 < client.ttl(config.redis_key_prefix + "c1") <= 315360000
+        other_worker = FeedbackDesk(config, writer.submit, client)  # nothing in its memory: the index
+        assert other_worker.accept("c1", 1.0)["call_id"] == "c1"
+    finally:
+        writer.close()
+
+
+class _UnusedRedis:
+    def pipeline(self, *args, **kwargs):
+        raise AssertionError("the index TTL fails first")
+
+
+def test_an_error_computing_the_index_ttl_is_redis_trouble_never_a_file_drop(tmp_path, caplog):
+    """Settings that bypassed validation (``model_copy``) with an infinite age: the records are in
+    the file, so none is counted as dropped; the index entries wait as after any failed Redis write."""
+    config = settings(tmp_path).model_copy(update={"feedback_max_age_s": float("inf")})
+    writer = DecisionLogWriter(config, _UnusedRedis())
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.decision_log"):
+        writer.submit(make_decision("c1"))
+        assert writer.flush()
+    assert writer.dropped == 0 and len(writer._index_backlog) == 1
+    assert "Redis write failed (files unaffected" in caplog.text
+    writer.close()
+    assert not writer._thread.is_alive() and writer.redis_skipped == 1
+    assert [r["call_id"] for r in iter_records(tmp_path / "log")] == ["c1"]
+
+
+def test_a_record_with_nan_or_an_infinity_is_dropped_and_counted_never_written_as_invalid_json(tmp_path):
+    with pytest.raises(ValueError):
+        decision_log.compact({"x": float("nan")})
+    with pytest.raises(ValueError):
+        decision_log.fit_line({"x": float("inf")}, 4096)
+    for directory, redis_stream in ((tmp_path / "files", None), (None, "s")):
+        config = DecisionLogSettings(dir=str(directory) if directory else None, redis_stream=redis_stream)
+        writer = DecisionLogWriter(config)
+        for record in (make_decision("good-1"), {**make_decision("bad"), "mu": float("nan")},
+                       {**make_decision("worse"), "delta": float("-inf")}, make_decision("good-2")):
+            assert writer.submit(record)
+        assert writer.flush()
+        writer.close()
+        assert writer.dropped == 2
+        if directory is not None:
+            text = "".join(path.read_text() for path in log_files(directory))
+            assert "NaN" not in text and "Infinity" not in text
+            assert [json.loads(line, parse_constant=pytest.fail)["call_id"] for line in text.splitlines()] == ["good-1", "good-2"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), True, False, 10**400, "0.01", None])
+def test_an_outcome_keeps_a_cost_or_latency_only_as_a_finite_number(value):
+    record = outcome_record(call_id="c", deployment_id="d1", success=True, response_cost=value, latency_ms=value,
+                            error=None)
+    assert record["response_cost"] is None and record["latency_ms"] is None
+    kept = outcome_record(call_id="c", deployment_id="d1", success=True, response_cost=0, latency_ms=12.5, error=None)
+    assert (kept["response_cost"], kept["latency_ms"]) == (0.0, 12.5)
+    assert json.loads(decision_log.compact(record))["response_cost"] is None
+
+
+@pytest.mark.parametrize("cost", [float("nan"), float("inf"), True, 10**400])
+def test_litellms_cost_that_is_no_finite_number_is_logged_as_null(tmp_path, cost):
+    """``response_cost`` as LiteLLM's success callback hands it over (``serving_log.log_outcome``)."""
+    from datetime import datetime, timedelta
+    from types import SimpleNamespace
+
+    from litellm_proteus.router_strategy import serving_log
+
+    config = settings(tmp_path)
+    writer = DecisionLogWriter(config)
+    strategy = SimpleNamespace(decision_log=writer, feedback_desk=None, config=SimpleNamespace(decision_log=config),
+                               shadow=None, replaced_by=None)
+    start = datetime(2026, 1, 1)
+    kwargs = {"litellm_call_id": "c1", "response_cost": cost,
+              "litellm_params": {"model_info": {"id": "d2"}, "metadata": {"proteus": {"deployment_id": "d2"}}}}
+    try:
+        serving_log.log_outcome(strategy, kwargs, None, start, start + timedelta(milliseconds=250), True)
+        assert writer.flush()
+    finally:
+        writer.close()
+    [outcome] = [r for r in iter_records(tmp_path / "log") if r["type"] == "outcome"]
+    assert (outcome["call_id"], outcome["response_cost"], outcome["latency_ms"]) == ("c1", None, 250.0)
+    assert writer.dropped == 0
+
+
+# -- lines readers cannot key or order -----------------------------------------------------------------
+_BAD_KEYS = [
+    ({"call_id": None}, r":2: field 'call_id' is missing; it must be a non-empty string"),
+    ({"call_id": ""}, r":2: field 'call_id' is ''; it must be a non-empty string"),
+    ({"call_id": 7}, r":2: field 'call_id' is 7; it must be a non-empty string"),
+    ({"ts": None}, r":2: field 'ts' is missing; it must be a finite number"),
+    ({"ts": "soon"}, r":2: field 'ts' is 'soon'; it must be a finite number"),
+    ({"ts": True}, r":2: field 'ts' is True; it must be a finite number"),
+    ({"ts": float("nan")}, r":2: field 'ts' is nan; it must be a finite number"),
+    ({"ts": float("inf")}, r":2: field 'ts' is inf; it must be a finite number"),
+]
+
+
+@pytest.mark.parametrize(("change", "error"), _BAD_KEYS)
+@pytest.mark.parametrize("kind", ["decision", "outcome", "feedback"])
+def test_a_record_without_a_call_id_or_a_finite_ts_is_an_error_naming_its_line_and_field(tmp_path, capsys, kind, change,
+                                                                                         error):
+    from litellm_proteus.cli import main as proteus_cli
+    from litellm_proteus.feedback import append_to_log_dir
+
+    record = {"decision": make_decision("a", ts=1000.0),
+              "outcome": outcome_record(call_id="a", deployment_id="d2", success=True, response_cost=None,
+                                        latency_ms=None, error=None, ts=1001.0),
+              "feedback": feedback_record("a", 1.0, "api", ts=1002.0)}[kind]
+    record = {**record, **change}
+    for field, value in change.items():
+        if value is None:
+            del record[field]
+    directory = tmp_path / "log"
+    directory.mkdir()
+    path = directory / "decisions-20260101T000000-1-0.jsonl"
+    path.write_text(f"{json.dumps(make_decision('a', ts=999.0))}\n{json.dumps(record)}\n")
+    where = rf"decisions-20260101T000000-1-0\.jsonl{error}"
+    with pytest.raises(ValueError, match=where):
+        join_log(directory)
+    with pytest.raises(ValueError, match=where):
+        append_to_log_dir(directory, "a", 1.0, "cli")
+    assert proteus_cli(["feedback", "a", "1", "--log", str(directory)]) == 2
+    message = capsys.readouterr().err
+    assert message.startswith("error: ") and "Traceback" not in message
+    assert re.search(where, message)
+    assert log_files(directory) == [path]  # nothing written

@@ -14,7 +14,7 @@ import pytest
 
 from litellm_proteus.cli import main as proteus_cli
 from litellm_proteus.config import DecisionLogSettings, RedisSettings
-from litellm_proteus.decision_log import DecisionLogWriter, iter_records, outcome_record, redis_client
+from litellm_proteus.decision_log import DecisionLogWriter, iter_records, join_log, outcome_record, redis_client
 from litellm_proteus.feedback import FeedbackDesk, FeedbackError, append_to_log_dir, parse_feedback_body, send_feedback
 
 from .test_decision_log import make_decision
@@ -268,3 +268,58 @@ def test_a_score_json_cannot_carry_or_outside_the_range_is_refused_before_it_is_
     assert (info.value.status, info.value.param) == (400, "score") and "score must be a number in [0, 1]" in str(info.value)
     assert proteus_cli(["feedback", "some-call", str(score), "--url", not_found_server, "--api-key", "sk-x"]) == 2
     assert "score must be a number in [0, 1]" in capsys.readouterr().err
+
+
+# -- clocks that disagree ------------------------------------------------------------------------------
+def test_feedback_taken_on_a_clock_behind_the_decisions_labels_it_and_refuses_a_second_score(log, tmp_path):
+    """The decision was stamped by an instance whose clock runs 0.5 s ahead of this one: the feedback
+    record still comes after it, so every reader labels the call, and a second score is a 409."""
+    settings, writer = log
+    desk = FeedbackDesk(settings, writer.submit)
+    now = time.time()
+    decision = make_decision("c1", ts=now + 0.5)
+    desk.remember(decision)
+    writer.submit(decision)
+    assert desk.accept("c1", 1.0, now=now)["call_id"] == "c1"
+    error = refused(desk, "c1", 0.0, now=now + 1)
+    assert (error.status, str(error)) == (409, "call_id 'c1' already has feedback")
+    writer.flush()
+    [feedback] = feedback_in(tmp_path / "log")
+    assert decision["ts"] < feedback["ts"] <= decision["ts"] + 1e-6
+    assert [(row.call_id, row.feedback) for row in join_log(tmp_path / "log")] == [("c1", 1.0)]
+    desk.remember(make_decision("c2", ts=now - 5))  # clocks that agree: stamped when taken
+    desk.accept("c2", 0.5, now=now)
+    writer.flush()
+    assert {r["call_id"]: r["ts"] for r in feedback_in(tmp_path / "log")}["c2"] == now
+
+
+def test_across_workers_feedback_on_a_clock_behind_the_decisions_is_claimed_after_it(tmp_path, redis_server):
+    settings = DecisionLogSettings(dir=str(tmp_path / "log"))
+    client = redis_client(RedisSettings(url=redis_server.url, timeout_ms=1000))
+    writer = DecisionLogWriter(settings, client)
+    try:
+        now = time.time()
+        decision = make_decision("c1", ts=now + 0.5)  # routed on an instance whose clock runs ahead
+        writer.submit(decision)
+        assert writer.flush()
+        behind = FeedbackDesk(settings, writer.submit, client)
+        assert behind.accept("c1", 1.0, now=now)["call_id"] == "c1"
+        assert float(client.hget(settings.redis_key_prefix + "c1", "feedback")) > decision["ts"]
+        assert refused(FeedbackDesk(settings, writer.submit, client), "c1", 0.0, now=now + 1).status == 409
+        assert writer.flush()
+    finally:
+        writer.close()
+    assert [(row.call_id, row.feedback) for row in join_log(tmp_path / "log")] == [("c1", 1.0)]
+
+
+def test_offline_feedback_on_a_clock_behind_the_decisions_labels_it(log, tmp_path):
+    settings, writer = log
+    decision = make_decision("c1", ts=time.time() + 30)  # copied from a host whose clock runs ahead
+    writer.submit(decision)
+    writer.flush()
+    append_to_log_dir(tmp_path / "log", "c1", 1.0, "cli")
+    [feedback] = feedback_in(tmp_path / "log")
+    assert feedback["ts"] > decision["ts"]
+    assert [(row.call_id, row.feedback) for row in join_log(tmp_path / "log")] == [("c1", 1.0)]
+    with pytest.raises(FeedbackError, match="already has feedback"):
+        append_to_log_dir(tmp_path / "log", "c1", 0.0, "cli")
