@@ -2,8 +2,10 @@
 proxy's shadow evaluation (``litellm_proteus.shadow``): both score an answer the same way.
 
 The judge is asked whether the answer correctly and completely does what the user asked, ignoring
-style, and to end with ``SCORE: 1``, ``SCORE: 0.5`` or ``SCORE: 0``; the last such line counts.  An
-answer without one, or with a value outside [0, 1], is *unscored* (``None``), never guessed.
+style, and to end with ``SCORE: 1``, ``SCORE: 0.5`` or ``SCORE: 0``; the last such line counts.  A
+judge that adds a period or a parenthetical note after the number (``SCORE: 1.``, ``SCORE: 0.5
+(partly correct)``) is read as meaning the number.  An answer without such a line, or with a value
+outside [0, 1], is *unscored* (``None``), never guessed.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ import re
 RUBRIC = (
     "You grade one answer of an AI assistant.  Decide only whether the answer correctly and completely does what "
     "the user asked (facts, reasoning, code behaviour, requested format); ignore style and length.  Write at most "
-    "two sentences of reasoning, then a last line that is exactly one of:\n"
-    "SCORE: 1    (correct)\nSCORE: 0.5  (partly correct)\nSCORE: 0    (wrong, off-topic or refused)"
+    "two sentences of reasoning, then a last line that is exactly one of the three lines below, nothing after "
+    "the number: 1 if the answer is correct, 0.5 if it is partly correct, 0 if it is wrong, off-topic or "
+    "refused.\nSCORE: 1\nSCORE: 0.5\nSCORE: 0"
 )
-SCORE_LINE = re.compile(r"score\s*[:=]\s*\**\s*([01](?:\.\d+)?|\.\d+)\s*\**\s*$", re.IGNORECASE | re.MULTILINE)
+# The number may be followed by a period and one parenthetical note (a judge echoing the values'
+# meaning), nothing else: "SCORE: 1/1" or "SCORE: 1 (correct) but 0 (...)" stay unscored.
+SCORE_LINE = re.compile(r"score\s*[:=]\s*\**\s*([01](?:\.\d+)?|\.\d+)\.?\s*\**\s*(?:\([^()\n]*\)\s*\.?\s*\**\s*)?$",
+                        re.IGNORECASE | re.MULTILINE)
 
 
 def judge_messages(prompt: str, response: str) -> list[dict[str, str]]:

@@ -23,10 +23,12 @@ _RNG = random.Random()
 
 
 def replicas_of(chosen: int, slots: Sequence[int], costs: Sequence[float], p: Sequence[float]) -> list[int]:
-    """The candidates the ``chosen`` one cannot be told apart from, itself included, in order."""
-    return [j for j in range(len(slots)) if slots[j] == slots[chosen]
+    """The candidates the ``chosen`` one cannot be told apart from, itself included, in order (itself
+    alone when its p or cost is NaN, which is close to nothing, not even itself)."""
+    return [j for j in range(len(slots)) if j == chosen or (
+            slots[j] == slots[chosen]
             and math.isclose(costs[j], costs[chosen], rel_tol=REL_TOL, abs_tol=0.0)
-            and math.isclose(p[j], p[chosen], rel_tol=0.0, abs_tol=1e-12)]
+            and math.isclose(p[j], p[chosen], rel_tol=0.0, abs_tol=1e-12))]
 
 
 def balance(decision: DecisionT, slots: Sequence[int], costs: Sequence[float], rng: random.Random = _RNG) -> DecisionT:

@@ -24,8 +24,10 @@ judge, the judge prompt's ceil(characters / 4) tokens and ``judge_max_tokens`` a
 highest price.  A reservation that would pass the cap is refused and the request skipped (counted,
 and a log line at most every ``WARN_EVERY_S``); a reserved job makes all its calls, so no paid answer
 goes unjudged for want of budget.  When the job ends the reservation is settled to the calls' real
-cost (usage x the deployment's price, ``costs.deployment_prices``; a call that timed out counts its
-estimate, as the provider may bill it).
+cost (usage x the deployment's price, ``costs.deployment_prices``, else LiteLLM's response cost; a
+call that timed out, or whose cost neither gives, counts its estimate, as the provider may bill it).
+A judge group with a deployment without a price is refused: every job is skipped (``unpriced_judge``,
+logged naming ``shadow.judge_model`` and the fix) before any call, as the cap could not count it.
 Errors and timeouts are counted and logged, never raised: the client's request is long answered.
 """
 
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import shadow_metrics
-from .costs import CHARS_PER_TOKEN, deployment_prices
+from .costs import CHARS_PER_TOKEN, deployment_id, deployment_prices
 from .decision_log import FILE_MODES, RotatingJsonl
 from .judge_rubric import judge_messages, parse_score
 from .observability import RateLimitedWarnings
@@ -75,9 +77,10 @@ class ShadowJob:
     served: int  # index into candidates
 
 
-def call_cost(response: Any, deployment: Mapping[str, Any] | None) -> float:
+def call_cost(response: Any, deployment: Mapping[str, Any] | None, unknown: float = 0.0) -> float:
     """Usage x the deployment's per-token prices; LiteLLM's own cost of the response when the
-    deployment has no price; 0 when neither is known."""
+    deployment has no price; ``unknown`` (the call's estimate) when neither is known.  A response
+    cost that is not a finite number >= 0 is unknown: one NaN charged would disable the cap."""
     usage = getattr(response, "usage", None)
     prices = deployment_prices(deployment) if deployment is not None else None
     if prices is not None and usage is not None:
@@ -85,7 +88,22 @@ def call_cost(response: Any, deployment: Mapping[str, Any] | None) -> float:
                 + float(getattr(usage, "completion_tokens", 0) or 0) * prices.output_per_token)
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
-    return float(cost) if isinstance(cost, (int, float)) else 0.0
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+        return float(cost)
+    return unknown
+
+
+def unpriced(deployments: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The deployments without a price (``costs.deployment_prices``), as ``group/model (id ...)``:
+    the judge's calls on them could not be counted in the daily cap."""
+    return [f"{d.get('model_name')}/{(d.get('litellm_params') or {}).get('model')} (id {deployment_id(d) or '?'})"
+            for d in deployments if deployment_prices(d) is None]
+
+
+def unpriced_judge_message(judge_model: str | None, names: Sequence[str]) -> str:
+    return (f"shadow.judge_model {judge_model!r} has deployments without a price: {list(names)}; its calls cannot be "
+            "counted in shadow.daily_budget_usd. Give each input_cost_per_token and output_cost_per_token (USD per "
+            "token) in its litellm_params or model_info (LiteLLM's cost map does not know this model)")
 
 
 def response_text(response: Any) -> str | None:
@@ -161,7 +179,8 @@ class ShadowEvaluator:
                        len(self.tasks))
             return None
         loop = asyncio.get_running_loop()
-        served_cost = call_cost(response, job.candidates[job.served].deployment)
+        served = job.candidates[job.served]
+        served_cost = call_cost(response, served.deployment, served.est_cost_usd)
         coroutine = self.run(job, response_text(response), served_cost, judge, lookup, judge_deployments)
         # a fresh context: nothing of the callback's (LiteLLM's callback deadline) reaches the job
         task = loop.create_task(coroutine, context=contextvars.Context())
@@ -187,6 +206,11 @@ class ShadowEvaluator:
         if not judges:  # nothing could judge the answers: pay for none of them
             self._skip("error", "judge_model", "PROTEUS shadow: shadow.judge_model %r is not a model group of this proxy; "
                        "no shadow calls", self.settings.judge_model)
+            return None
+        no_price = unpriced(judges)
+        if no_price:  # a judge call the cap cannot count is not made, nor the calls it would judge
+            self._skip("unpriced_judge", "unpriced_judge", "PROTEUS shadow: %s; no shadow calls",
+                       unpriced_judge_message(self.settings.judge_model, no_price))
             return None
         judge_cost = self.judge_estimate(job.prompt, served_text or "", judges)
         reserved = sum(c.est_cost_usd for c in picked) + (len(picked) + 1) * judge_cost
@@ -253,7 +277,7 @@ class ShadowEvaluator:
             self._record_call("candidate", False, billed_if_timed_out(exc, candidate.est_cost_usd), spend)
             self._warnings.warn("call", "PROTEUS shadow: call to %s failed: %s", candidate.model, _short(exc))
             return None, candidate.est_cost_usd
-        cost = self._record_call("candidate", True, call_cost(response, candidate.deployment), spend)
+        cost = self._record_call("candidate", True, call_cost(response, candidate.deployment, candidate.est_cost_usd), spend)
         return response_text(response), cost
 
     async def _judge(self, job: ShadowJob, answer: str, judge: JudgeCall, lookup: DeploymentLookup,
@@ -271,7 +295,7 @@ class ShadowEvaluator:
             return None
         hidden = getattr(reply, "_hidden_params", None) or {}
         model_id = hidden.get("model_id") if isinstance(hidden, Mapping) else None
-        self._record_call("judge", True, call_cost(reply, lookup(str(model_id)) if model_id else None), spend)
+        self._record_call("judge", True, call_cost(reply, lookup(str(model_id)) if model_id else None, estimate), spend)
         return parse_score(response_text(reply))
 
     # -- what every outcome records ------------------------------------------------------------------
@@ -317,7 +341,8 @@ def billed_if_timed_out(exc: BaseException, estimate: float) -> float:
     answer the job stopped waiting for), else 0 (an error answer)."""
     import litellm
 
-    return estimate if isinstance(exc, (TimeoutError, litellm.Timeout)) else 0.0
+    # asyncio.TimeoutError: wait_for's on Python 3.10, where it is not the builtin TimeoutError
+    return estimate if isinstance(exc, (TimeoutError, asyncio.TimeoutError, litellm.Timeout)) else 0.0
 
 
 def _short(exc: BaseException) -> str:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 import uuid
@@ -102,6 +103,15 @@ def utc_day(now: float | None = None) -> str:
     return datetime.fromtimestamp(time.time() if now is None else now, timezone.utc).strftime("%Y%m%d")
 
 
+def checked_usd(usd: float, what: str, refund: bool) -> float:
+    """``usd`` as a float, or ValueError: a NaN total compares False with the cap and admits every
+    later reservation, an infinite one refuses them all."""
+    value = float(usd)
+    if not math.isfinite(value) or (value < 0 and not refund):
+        raise ValueError(f"shadow budget {what} of {usd!r} USD: must be a finite number{'' if refund else ' >= 0'}")
+    return value
+
+
 class DailyBudget:
     """``cap_usd`` per UTC day; ``redis_client``: a sync ``redis.Redis`` (or None: per process).
     The async methods run Redis calls in a worker thread (never on the event loop)."""
@@ -160,7 +170,9 @@ class DailyBudget:
 
     def reserve(self, usd: float) -> Reservation:
         """Add ``usd`` to today's spend unless the total would pass the cap.  Refused, with
-        ``redis_down``, while a configured Redis cannot be reached."""
+        ``redis_down``, while a configured Redis cannot be reached.  ValueError for an amount that
+        is not a finite number >= 0."""
+        usd = checked_usd(usd, "reservation", refund=False)
         day = utc_day(self.clock())
         if self.redis is None:
             with self._lock:  # checked and added at once: a replaced budget's jobs share this ledger
@@ -187,7 +199,9 @@ class DailyBudget:
         return Reservation(None, self._estimate(day), redis_down=True)
 
     def charge(self, usd: float, day: str | None = None) -> float:
-        """Add ``usd`` (negative: a refund) to the spend of ``day`` (default today); returns the new total."""
+        """Add ``usd`` (negative: a refund) to the spend of ``day`` (default today); returns the new total.
+        ValueError for an amount that is not a finite number."""
+        usd = checked_usd(usd, "charge", refund=True)
         day = day or utc_day(self.clock())
         if usd == 0:
             return self.spent()

@@ -10,7 +10,7 @@ of them by a hash of ``call_id`` (re-running with the same ``--seed`` picks the 
 feedback is never judged again, an unscored one is: see below), asks ``MODEL`` through LiteLLM (the SDK; with
 ``--api-base`` any OpenAI-compatible endpoint, e.g. a LiteLLM proxy group) with the rubric of
 ``litellm_proteus.judge_rubric``, and appends one ``feedback`` record (``source: "judge"``) per scored call to a new log file
-in DIR.  An answer whose score cannot be parsed is counted as unscored, never guessed; no record is
+in DIR.  An answer whose score cannot be parsed (or a reply without text) is counted as unscored, never guessed; no record is
 written for it (a feedback record holds a score), so a later run judges that call again, and pays
 for it again (``run`` warns).  A log
 whose outcome records carry no response (or whose decisions carry no prompt) is an error (exit 2)
@@ -36,6 +36,7 @@ from typing import Any
 
 from litellm_proteus.decision_log import dir_file_mode, feedback_record, log_files, private_opener
 from litellm_proteus.judge_rubric import judge_messages, parse_score
+from litellm_proteus.shadow import response_text
 from litellm_proteus.predictor import mixing_draw
 
 def sampled(call_id: str, share: float, seed: int) -> bool:
@@ -179,7 +180,8 @@ def judge(args: argparse.Namespace) -> dict:
             unpriced_call_id = unpriced_call_id or call_id
         else:
             spent += cost
-        score = parse_score(reply.choices[0].message.content)
+        # a reply with no text (no choices: e.g. a content filter's HTTP 200) is unscored, never a crash
+        score = parse_score(response_text(reply))
         if score is None:
             unscored += 1
         else:

@@ -36,6 +36,7 @@ from ..config import CONFIG_PATH, STRATEGY_NAME, ProteusConfig, ProteusConfigErr
 from ..costs import deployment_id
 from ..engine import DecisionEngine, DeploymentMappingError
 from ..observability import ensure_log_handler
+from ..shadow import unpriced, unpriced_judge_message
 from ..tiers import shared_store
 from .compat import ROUTER_METHOD_ALIASES
 from .strategy import ProteusRoutingStrategy, artifact_dir, load_predictor, release_unused
@@ -241,6 +242,10 @@ def _install(router: Router, routing_strategy_args: Any, update: bool) -> Proteu
     groups = {d.get("model_name") for d in router.model_list or []}
     if judge is not None and judge not in groups:
         problems.append(f"shadow.judge_model {judge!r} is not a model group of this proxy; groups: {sorted(map(str, groups))}")
+    elif judge is not None:  # the daily cap must count every judge call
+        no_price = unpriced([d for d in router.model_list or [] if d.get("model_name") == judge])
+        if no_price:
+            problems.append(unpriced_judge_message(judge, no_price))
     try:
         fingerprint = file_sha256(artifact_dir(config) / MANIFEST_FILE)  # covers the weights' hash too
         engine.predictor = predictor = load_predictor(config, fingerprint)

@@ -484,3 +484,131 @@ def test_a_shadow_log_folder_removed_while_rows_are_written_is_made_again(tmp_pa
     rows = [json.loads(line)["call_id"] for path in sorted(directory.glob(f"{SHADOW_PREFIX}*.jsonl"))
             for line in path.read_text().splitlines()]
     assert rows == ["after-0", "after-1"]
+
+
+def test_a_judge_that_copies_a_rubric_answer_line_with_its_note_is_scored(tmp_path, monkeypatch):
+    """A judge answering ``SCORE: 1    (correct)`` (an answer line with a note) scores the answers:
+    its calls are paid for, so the row is written."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    shadow = evaluator(tmp_path)
+    router = litellm.Router(model_list=[JUDGE_GROUP])
+    unscored = shadow_metrics.snapshot().get("skipped:unscored", 0)
+    candidates, served = job_candidates(["A", "B"], [{"model_name": "g", "litellm_params": {}}, SHADOW_DEPLOYMENT],
+                                        [1e-3, SHADOW_CALL_USD], 0)
+    job = ShadowJob("c0", "What is 2+2?", [{"role": "user", "content": "What is 2+2?"}], "standard", 0.85, candidates, served)
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post("http://shadow.test/v1/chat/completions").mock(return_value=completion("4"))
+        mock.post("http://judge.test/v1/chat/completions").mock(
+            return_value=completion("The answer is right.\nSCORE: 1    (correct)"))
+        row = asyncio.run(shadow.run(job, "4", 1e-3, router.acompletion, lambda _: None,
+                                     lambda: router.get_model_list(model_name="judge")))
+    assert row is not None and row["A"] == 1.0 and row["B"] == 1.0
+    assert shadow_metrics.snapshot().get("skipped:unscored", 0) == unscored
+
+
+SERVED_ONLY = job_candidates(["A"], [SHADOW_DEPLOYMENT], [SHADOW_CALL_USD], 0)  # one answer to judge, no shadow call
+
+
+def judge_only_job(shadow: ShadowEvaluator, judge, lookup=lambda _: None):
+    """One job whose only call is the judge's (``judge``: the router's acompletion stand-in)."""
+    candidates, served = SERVED_ONLY
+    job = ShadowJob("c0", "q", [{"role": "user", "content": "q"}], "standard", 0.85, candidates, served)
+    return asyncio.run(shadow.run(job, "served answer", SHADOW_CALL_USD, judge, lookup, lambda: [JUDGE_GROUP]))
+
+
+class Py310TimeoutError(Exception):
+    """asyncio.TimeoutError on Python 3.10: what asyncio.wait_for raises there, not the builtin TimeoutError."""
+
+
+@pytest.mark.parametrize("python310", [False, True])
+def test_a_judge_call_that_asyncio_timed_out_is_charged_its_estimate(tmp_path, monkeypatch, python310):
+    if python310:
+        monkeypatch.setattr(asyncio, "TimeoutError", Py310TimeoutError)
+
+    async def judge(**kwargs):
+        raise asyncio.TimeoutError()
+
+    shadow = evaluator(tmp_path)
+    estimate = shadow.judge_estimate("q", "served answer", [JUDGE_GROUP])
+    assert estimate > 0 and judge_only_job(shadow, judge) is None  # unscored: no row
+    assert shadow.budget.spent() == pytest.approx(estimate)  # the provider may bill what the job gave up on
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.5, True, "0.1"])
+def test_a_response_cost_that_is_no_finite_number_at_least_0_is_unknown(bad):
+    from litellm_proteus.shadow import call_cost
+
+    class Reply:  # no usage, an unpriced deployment: LiteLLM's response cost would be the charge
+        usage = None
+        _hidden_params = {"response_cost": bad}
+
+    assert call_cost(Reply(), None) == 0.0 and call_cost(Reply(), None, 0.003) == 0.003
+    Reply._hidden_params = {"response_cost": 0.002}
+    assert call_cost(Reply(), None, 0.003) == 0.002
+
+
+def test_a_judge_reply_with_a_nan_cost_is_charged_its_estimate_and_the_cap_holds(tmp_path):
+    async def judge(**kwargs):
+        reply = litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": "Fine.\nSCORE: 1"}}])
+        reply.usage = None
+        reply._hidden_params = {"model_id": "unknown", "response_cost": float("nan")}
+        return reply
+
+    shadow = evaluator(tmp_path)
+    estimate = shadow.judge_estimate("q", "served answer", [JUDGE_GROUP])
+    assert judge_only_job(shadow, judge)["A"] == 1.0
+    assert shadow.budget.spent() == pytest.approx(estimate)
+    assert shadow.budget.reserve(1000.0).day is None  # the cap still counts
+
+
+@pytest.mark.parametrize("redis_backed", [False, True])
+def test_a_budget_refuses_amounts_that_are_no_finite_number(redis_backed, redis_server):
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True) if redis_backed else None
+    budget = DailyBudget(1.0, client, "t:finite:", retry_after_s=0.0, clock=Clock(DAY))
+    day = budget.reserve(0.5).day
+    for bad in (float("nan"), float("inf"), -0.1):
+        with pytest.raises(ValueError, match="must be a finite number >= 0"):
+            budget.reserve(bad)
+    for bad in (float("nan"), float("-inf")):
+        with pytest.raises(ValueError, match="must be a finite number"):
+            budget.charge(bad, day)
+    assert budget.charge(-0.2, day) == pytest.approx(0.3)  # a settlement below the reservation: a refund
+    assert budget.spent() == pytest.approx(0.3) and budget.reserve(1000.0).day is None and not budget._pending
+
+
+def test_a_settlement_the_budget_refuses_is_counted_never_raised(tmp_path, monkeypatch):
+    monkeypatch.setattr("litellm_proteus.shadow.call_cost", lambda *args: float("nan"))
+
+    async def judge(**kwargs):
+        return litellm.ModelResponse(choices=[{"message": {"role": "assistant", "content": "SCORE: 1"}}])
+
+    shadow = evaluator(tmp_path)
+    errors = shadow_metrics.snapshot().get("skipped:error", 0)
+    assert judge_only_job(shadow, judge) is None
+    assert shadow_metrics.snapshot()["skipped:error"] == errors + 1
+    assert shadow.budget.spent() == pytest.approx(shadow.judge_estimate("q", "served answer", [JUDGE_GROUP]))  # held
+
+
+UNPRICED_JUDGE = {"model_name": "judge", "model_info": {"id": "j-unpriced"}, "litellm_params": {
+    "model": "openai/proteus-test-unpriced-judge", "api_base": "http://judge.test/v1", "api_key": "sk-test"}}
+
+
+def test_an_unpriced_judge_is_refused_before_any_call(tmp_path, monkeypatch, caplog):
+    """The daily cap could not count its calls: no shadow call is made, the skip is counted and the
+    log names the setting and the fix."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    calls: list[httpx.Request] = []
+
+    def shadow_upstream(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return completion("shadow answer")
+
+    shadow = evaluator(tmp_path)
+    skipped = shadow_metrics.snapshot().get("skipped:unpriced_judge", 0)
+    with caplog.at_level("WARNING", logger="litellm_proteus"):
+        rows = run_jobs(shadow, litellm.Router(model_list=[JUDGE_GROUP, UNPRICED_JUDGE]), 3, shadow_upstream)
+    assert rows == [None, None, None] and calls == [] and shadow.budget.spent() == 0.0
+    assert shadow_metrics.snapshot()["skipped:unpriced_judge"] - skipped == 3
+    assert "shadow.judge_model 'judge' has deployments without a price" in caplog.text
+    assert "judge/openai/proteus-test-unpriced-judge (id j-unpriced)" in caplog.text
+    assert "input_cost_per_token and output_cost_per_token" in caplog.text and caplog.text.count("without a price") == 1

@@ -209,6 +209,19 @@ def test_a_shadow_judge_model_that_is_no_group_stops_the_router(steerable_artifa
     assert strategy_of(Router(model_list=model_list(), routing_strategy="proteus", routing_strategy_args=args)) is not None
 
 
+def test_a_shadow_judge_group_with_an_unpriced_deployment_stops_the_router(steerable_artifact, tmp_path):
+    """The daily cap counts every judge call: a judge the proxy cannot price is refused at start-up."""
+    unpriced = {"model_name": "judge", "litellm_params": {"model": "openai/proteus-test-unpriced-judge", "api_key": "x"}}
+    shadow = {"rate": 0.5, "judge_model": "judge", "daily_budget_usd": 1.0}
+    args = {"artifact": str(steerable_artifact), "decision_log": {"dir": str(tmp_path), "log_prompts": True}, "shadow": shadow}
+    with pytest.raises(patch.ProteusStartupError, match="shadow.judge_model 'judge' has deployments without a price"):
+        Router(model_list=model_list() + [unpriced], routing_strategy="proteus", routing_strategy_args=args)
+    priced = {**unpriced, "litellm_params": {**unpriced["litellm_params"], "input_cost_per_token": 1e-6,
+                                             "output_cost_per_token": 2e-6}}
+    assert strategy_of(Router(model_list=model_list() + [priced], routing_strategy="proteus",
+                              routing_strategy_args=args)) is not None
+
+
 def test_a_corrupt_static_table_is_a_startup_error_naming_it(tmp_path):
     import shutil
 

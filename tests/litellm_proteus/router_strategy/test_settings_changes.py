@@ -306,7 +306,7 @@ def test_shadow_settings_changes_close_the_replaced_budgets_redis_connections(st
     leave no connection open; turning shadow evaluation off closes the last one."""
     import redis
 
-    from litellm_proteus.shadow import ShadowJob, job_candidates
+    from litellm_proteus.shadow import ShadowJob, job_candidates, response_text
     from litellm_proteus.shadow_budget import CLIENT_NAME
 
     raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
@@ -347,13 +347,18 @@ def test_shadow_settings_changes_close_the_replaced_budgets_redis_connections(st
             router.update_settings(routing_strategy_args=changed)
             assert router.proteus_strategy.shadow is not evaluator
         live = router.proteus_strategy.shadow.budget
-        assert live.spent() == pytest.approx(4 * 0.05)  # the running jobs' reservations
+        # each running job reserved its shadow call and two judge calls (the served and the shadow answer)
+        judging = router.proteus_strategy.shadow.judge_estimate("q", response_text(served_response),
+                                                                router.get_model_list(model_name="plain"))
+        assert live.spent() == pytest.approx(4 * (0.05 + 2 * judging))
         assert wait_for(lambda: budget_connections() == 1), budget_connections()  # the live budget's alone
         gate.set()
         rows = await asyncio.gather(*jobs)
         assert [row["gpt-4"] for row in rows] == [1.0] * 4  # each job judged, settled and wrote its row
         assert wait_for(lambda: budget_connections() == 1), budget_connections()
-        assert live.spent() == pytest.approx(4 * 8e-5)  # what the closed budgets settled reached the shared total
+        # what the closed budgets settled reached the shared total: per job GPT-4's 8e-5 and two judge calls
+        # of 5 prompt and 1 completion tokens at 1e-6 / 2e-6 USD
+        assert live.spent() == pytest.approx(4 * (8e-5 + 2 * 7e-6))
         assert live.reserve(0.5)[0] is not None
 
     asyncio.run(go())

@@ -43,7 +43,8 @@ def model_list(prices=None):
         for slot, (base, _) in HOSTS.items()
     ]
     deployments.append(
-        {"model_name": "plain", "litellm_params": {"model": "openai/plain", "api_base": PLAIN, "api_key": "sk-upstream"},
+        {"model_name": "plain", "litellm_params": {"model": "openai/plain", "api_base": PLAIN, "api_key": "sk-upstream",
+                                                   "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6},  # a judge too
          "model_info": {"id": "plain"}}
     )
     return deployments

@@ -272,3 +272,19 @@ def test_an_unscored_call_is_judged_again_on_a_later_run_and_the_run_says_so(tmp
         second = capsys.readouterr()
     assert judged == ["c2"] and json.loads(second.out)["eligible"] == 1  # only the unscored call is bought again
     assert "warning: 1 judge answer(s) had no parsable SCORE line" in second.err
+
+
+def test_a_reply_without_choices_is_unscored_and_the_paid_labels_are_kept(tmp_path, monkeypatch):
+    """HTTP 200 with no choice (e.g. a content filter): counted as unscored, the run goes on and the
+    labels already paid for are written."""
+    monkeypatch.setenv("PROTEUS_TEST_JUDGE_KEY", "sk-test")
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    write_log(tmp_path)
+    filtered = {**body("x"), "choices": []}
+    replies = iter([body("Correct.\nSCORE: 1"), body("Wrong.\nSCORE: 0"), filtered, body("SCORE: 0.5"), body("SCORE: 1")])
+    with respx.mock() as mock:
+        route = mock.post(f"{BASE}/chat/completions").mock(side_effect=lambda request: httpx.Response(200, json=next(replies)))
+        summary = judge(args_for(tmp_path))
+    assert route.call_count == 5 and (summary["scored"], summary["unscored"], summary["failed"]) == (4, 1, 0)
+    written = [json.loads(line) for line in open(summary["written"])]
+    assert [(r["call_id"], r["score"]) for r in written] == [("c0", 1.0), ("c1", 0.0), ("c3", 0.5), ("c4", 1.0)]
