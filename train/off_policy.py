@@ -156,16 +156,21 @@ def standard_error(terms: np.ndarray, groups: np.ndarray | None = None) -> float
 
 
 def lower_bound(terms: np.ndarray, z: float, groups: np.ndarray | None = None, future: int | None = None) -> float:
-    """One-sided lower confidence bound mean - z * SE of per-row estimates (``standard_error``).  With
+    """One-sided lower confidence bound mean - z * SE of per-row estimates (``standard_error``, at least
+    a Bernoulli's at the Agresti-Coull centre of the mean, so that a sample of all 1s still has a margin).  With
     ``future``, the bound also covers the accuracy measured on a future sample of that many prompts,
-    m (1 - m) / future added to the variance (m: the mean), as the full-information calibration's
+    c (1 - c) / future added to the variance (c: that centre), as the full-information calibration's
     margin does (train/pipeline.py)."""
     if len(terms) < 2:
         return -math.inf
+    n = len(terms)
     mean, se = float(terms.mean()), standard_error(terms, groups)
+    # A sample with no spread (every score 1) has se 0 and would bound at its mean: the spread of a
+    # Bernoulli at the Agresti-Coull centre is the least the bound assumes (binding only such samples).
+    centre = min(max((mean * n + z * z / 2) / (n + z * z), 0.0), 1.0)
+    se = max(se, math.sqrt(centre * (1 - centre) / n))
     if future:
-        m = min(max(mean, 0.0), 1.0)
-        se = math.sqrt(se ** 2 + m * (1 - m) / future)
+        se = math.sqrt(se ** 2 + centre * (1 - centre) / future)
     return mean - z * se
 
 

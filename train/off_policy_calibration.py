@@ -114,14 +114,18 @@ def off_policy_calibration(
         lower.append(bound)
         costs.append(float(costs_usd[index, choice].mean()))
     ok = np.array([supported(e) for e in estimates])
+    # The bound holds the margin already (z standard errors of the estimate and of a future sample): as in
+    # the full-information calibration, calibration_margin is the least margin, not one more.  With
+    # validation_cap it is added: an initial artifact may have trained on the log's prompts, which no
+    # bound over them can see (a margin measured on simulated logs, docs/learn-from-traffic.md).
+    least = (np.asarray(lower) - config.calibration_margin if validation_cap
+             else np.minimum(np.asarray(lower), np.asarray(points) - config.calibration_margin))
     # an operating point the log cannot vouch for never meets a tau (-inf: the table skips it)
-    lower_arr, cost_arr = np.where(ok, np.asarray(lower), -np.inf), np.asarray(costs)
+    lower_arr, cost_arr = np.where(ok, least, -np.inf), np.asarray(costs)
     unlabelled, explored_share = log_support(rows, models)
-    refuse_unless_supported(np.asarray(lower), ok, estimates, policy_taus, config.calibration_margin, rows, unlabelled,
-                            explored_share)
+    refuse_unless_supported(least, ok, estimates, policy_taus, 0.0, rows, unlabelled, explored_share)
     frontier_costs = cost_arr if config.mix_operating_points else None
-    calibration, declared = calibrate(policy_taus, lower_arr, config.calibration_margin, config.calibration_step,
-                                      frontier_costs)
+    calibration, declared = calibrate(policy_taus, lower_arr, 0.0, config.calibration_step, frontier_costs)
     bad_point = {float(t): not good for t, good in zip(policy_taus, ok)}
     bad_requested = [bad_point.get(float(t), True) for t in calibration.policy_tau]
     support = Support(unlabelled, tau_intervals(calibration.requested, bad_requested, config.calibration_step),
@@ -221,6 +225,6 @@ def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[E
     raise UnsupportedLogError(
         f"the decision log vouches for no operating point: the best lower bound on accuracy is {bound_text} "
         f"(its DR estimate {point.dr:.4f}; {point.n_matched} of {point.n_rows} labelled rows observe its choices){note}"
-        f", under the bottom of the tau range {float(policy_taus[0]):.4f} + margin {margin:.4f}"
+        f", under the bottom of the tau range {float(policy_taus[0]):.4f}" + (f" + margin {margin:.4f}" if margin else "")
         + refusal_tail(rows, unlabelled, explored_share)
     )

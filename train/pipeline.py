@@ -101,7 +101,14 @@ def load_training_data(config: TrainConfig) -> RoutingLog:
     )
     if config.init:  # the initial artifact's slots, in its head order
         data = data.with_models(read_manifest(config.init).models)
-    # a decision log brings its own split (by prompt hash, val: --validation-share); it has no test part
+    # A decision log brings its own split (by prompt hash, val: --validation-share); it has no test part.
+    # A validation part carved by row would put a repeated prompt on both sides: refused instead.
+    if data.bandit and not (np.asarray(data.split) == "val").any():
+        prompts = len(set(data.prompts))
+        raise ValueError(
+            f"no prompt of the decision log falls into the validation share ({config.validation_share:g} of prompts, "
+            f"by prompt hash; {prompts} distinct prompts): the tau table can only be vouched for on prompts no fit "
+            "has seen. Collect traffic with more distinct prompts, or pass a larger --validation-share")
     ratios = (1 - config.validation_share, config.validation_share, 0.0) if data.bandit else (0.7, 0.15, 0.15)
     return assign_splits(data, seed=config.seed, ratios=ratios)
 

@@ -18,8 +18,9 @@ candidate's cost is logged).
 
 Verdict: **promote** when, on every state, NEW's estimate is supported (the state has labelled or
 shadow rows, at least ``MIN_MATCHED`` of them, and half the rows, agree with the logged choice, at
-most ``MAX_UNSUPPORTED_SHARE`` of rows go to a slot the log never labelled), its accuracy is at least
-min(state tau, OLD's accuracy) -- it keeps the floor, or loses nothing where OLD did not keep it
+most ``MAX_UNSUPPORTED_SHARE`` of rows go to a slot the log never labelled), its accuracy -- the DR
+estimate, no higher than what the log observed of its choices without the head (``judged_accuracy``) --
+is at least min(state tau, OLD's accuracy) -- it keeps the floor, or loses nothing where OLD did not keep it
 either -- and its total cost over the log's requests is no higher than OLD's, unless it keeps a floor
 OLD misses (accuracy above a floor OLD already keeps is worth nothing to the SLA); otherwise **don't
 promote**, with the state and reason.  ``proteus eval --log`` exits ``EXIT_PROMOTE`` (0) or
@@ -148,9 +149,11 @@ def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, 
             part = BanditRows(data.scores[sel], data.logged_choice[sel], data.propensity[sel],
                               groups=np.asarray(data.prompts, dtype=object)[sel])  # a prompt asked again: one sample
             part.labelled_slots = rows.labelled_slots  # support is a property of the whole log
-            est = part.estimate(routed.choice[sel], routed.p[sel].astype(np.float64)).to_dict()
+            est = {**part.estimate(routed.choice[sel], routed.p[sel].astype(np.float64)).to_dict(),
+                   "observed": round(observed_accuracy(part, routed.choice[sel]), 5)}
         else:  # requests, none labelled or shadowed: nothing to estimate it on
-            est = {"dr": None, "ci95": None, "snips": None, "n_rows": 0, "n_matched": 0, "unsupported_share": 0.0}
+            est = {"dr": None, "ci95": None, "snips": None, "n_rows": 0, "n_matched": 0, "unsupported_share": 0.0,
+                   "observed": None}
         taus = promised.get(state) or data.logged_tau[sel].tolist()
         if req.any():  # every candidate's cost is logged: the cost of any choice over all the requests is known
             cost = requests.costs[np.flatnonzero(req), served.choice[req]]
@@ -159,6 +162,23 @@ def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, 
         out[state] = {**est, "tau": round(float(np.mean(taus)), 4), "n_requests": int(len(cost)),
                       "cost_usd": round(float(np.mean(cost)), 8)}
     return out, manifest.data.model_dump()
+
+
+def observed_accuracy(rows: BanditRows, choice: np.ndarray) -> float:
+    """The artifact's accuracy on what the log observed, without its head: the head-free mean (a
+    choice the log never observed counted as failed), or the shadow rows' mean score of the choice
+    (an unbiased sample of the policy) where that is higher (``off_policy_calibration.point_bound``'s two bounds,
+    as point estimates)."""
+    observed = rows.observed_rows(choice)
+    shadow = float(rows.scores[observed, choice[observed]].mean()) if len(observed) else -math.inf
+    return max(float(rows.head_free_terms(choice).mean()), shadow)
+
+
+def judged_accuracy(side: dict) -> float:
+    """The accuracy the verdict judges: the DR estimate, no higher than ``observed_accuracy``.  DR
+    leans on the artifact's own head wherever it chooses what the log never observed, and a head
+    flatters exactly the choices its policy prefers."""
+    return min(side["dr"], side.get("observed", side["dr"]))
 
 
 def verdict(new: dict, old: dict) -> tuple[bool, list[str]]:
@@ -177,12 +197,16 @@ def verdict(new: dict, old: dict) -> tuple[bool, list[str]]:
                            f"rows agree with the logged choice, need {need:g}; {n['unsupported_share']:.1%} of rows go to "
                            f"models the log never labelled, at most {MAX_UNSUPPORTED_SHARE:.0%}): collect more feedback or explore")
             continue
-        old_dr = o["dr"] if o["dr"] is not None else n["tau"]
-        floor = min(n["tau"], old_dr)
-        if n["dr"] < floor:
-            reasons.append(f"state {state!r}: estimated accuracy {n['dr']:.4f} (95% CI {n['ci95'][0]:.4f}-{n['ci95'][1]:.4f}) "
-                           f"< {floor:.4f} (tau {n['tau']:g}, old {old_dr:.4f})")
-        better |= n["dr"] >= n["tau"] > old_dr  # keeps a floor the baseline misses
+        old_acc = judged_accuracy(o) if o["dr"] is not None else n["tau"]
+        floor, acc = min(n["tau"], old_acc), judged_accuracy(n)
+        if acc < floor:
+            unseen = n["n_rows"] - n["n_matched"]
+            capped = (f"; {acc:.4f} on what the log observed of its choices (the rest counted as failed: {unseen} of "
+                      f"{n['n_rows']} rows choose what the log did not observe, which shadow evaluation would)"
+                      if acc < n["dr"] else "")
+            reasons.append(f"state {state!r}: estimated accuracy {n['dr']:.4f} (95% CI {n['ci95'][0]:.4f}-{n['ci95'][1]:.4f})"
+                           f"{capped} < {floor:.4f} (tau {n['tau']:g}, old {old_acc:.4f})")
+        better |= acc >= n["tau"] > old_acc  # keeps a floor the baseline misses
     # total cost over the log's requests: every candidate's cost is logged, so any choice's is known
     new_cost = sum(n["cost_usd"] * n["n_requests"] for n in new.values())
     old_cost = sum(o["cost_usd"] * o["n_requests"] for o in old.values())
@@ -228,12 +252,14 @@ def _acc(side: dict) -> str:
 def render(report: dict) -> str:
     lines = [f"# Promotion check: {report['artifact']} vs {report['baseline_artifact']}", "",
              rows_used(report), "",
-             "| state | tau | requests | new acc (DR, 95% CI) | baseline acc | new $/call | baseline $/call | rows | rows agreeing (new) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| state | tau | requests | new acc (DR, 95% CI) | new acc observed | baseline acc | new $/call | baseline $/call "
+             "| rows | rows agreeing (new) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for state, pair in report["states"].items():
         n, o = pair["new"], pair["baseline"]
-        lines.append(f"| {state} | {n['tau']:g} | {n['n_requests']} | {_acc(n)} | {_acc(o)} | {n['cost_usd']:.6f} | "
-                     f"{o['cost_usd']:.6f} | {n['n_rows']} | {n['n_matched']} |")
+        observed = "" if n.get("observed") is None else f"{n['observed']:.4f}"
+        lines.append(f"| {state} | {n['tau']:g} | {n['n_requests']} | {_acc(n)} | {observed} | {_acc(o)} | "
+                     f"{n['cost_usd']:.6f} | {o['cost_usd']:.6f} | {n['n_rows']} | {n['n_matched']} |")
     lines += ["", f"**Verdict: {'promote' if report['promote'] else 'do not promote'}**", ""]
     lines += [f"- {r}" for r in report["reasons"]]
     if "warning" in report:
@@ -250,7 +276,9 @@ def rows_used(report: dict) -> str:
     return (f"Decision log {report['log']}: {decisions} decisions, {labelled} of them with feedback"
             + (f", and {shadow} shadow rows" if shadow else ", no shadow rows") + ". "
             f"The accuracy estimates use {sources} ({used} rows), each in the compliance state it was served in; "
-            f"the {decisions - labelled} decisions without feedback are not used there. $/call: the mean cost of "
+            f"the {decisions - labelled} decisions without feedback are not used there. Observed: the accuracy of "
+            "the new artifact's choices where the log observed them (a choice it never observed counted as failed; "
+            "the shadow rows' mean where higher), which caps the DR estimate in the verdict. $/call: the mean cost of "
             "each artifact's choices over all the state's logged requests.")
 
 

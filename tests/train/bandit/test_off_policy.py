@@ -164,9 +164,9 @@ def test_bounds_count_a_prompt_asked_again_as_one_sample():
     assert standard_error(repeated, prompts) == pytest.approx(standard_error(once), rel=0.01)
     assert lower_bound(repeated, 1.645, prompts) == pytest.approx(lower_bound(once, 1.645), rel=0.01)
     # a future sample of 200 prompts adds its own noise: m (1 - m) / 200 to the variance
-    m = once.mean()
+    m, c = once.mean(), (once.sum() + 1.645 ** 2 / 2) / (200 + 1.645 ** 2)  # the mean, its Agresti-Coull centre
     assert lower_bound(once, 1.645, future=200) == pytest.approx(
-        m - 1.645 * math.sqrt(standard_error(once) ** 2 + m * (1 - m) / 200))
+        m - 1.645 * math.sqrt(standard_error(once) ** 2 + c * (1 - c) / 200))
     rows = BanditRows(repeated[:, None], np.full(2000, -1), np.full(2000, np.nan), groups=prompts)
     half = rows.estimate(np.zeros(2000, dtype=int), np.full((2000, 1), 0.5)).to_dict()["ci95"]
     assert half[1] - half[0] == pytest.approx(2 * 1.959964 * standard_error(once), rel=0.02)
@@ -277,3 +277,14 @@ def test_an_operating_point_needs_half_the_rows_agreeing_with_the_log():
 
     assert supported(est(50)) and supported(est(20, n=40))
     assert not supported(est(49)) and not supported(est(19, n=30)) and not supported(est(80, unsupported=0.06))
+
+
+def test_a_sample_of_all_ones_still_bounds_below_one():
+    """25 shadow rows, every one right: the sample has no spread, and a normal bound would say 1.0
+    (and, as the tighter head-free bound, would lift the point's cap).  The Bernoulli floor keeps it
+    near the exact (Clopper-Pearson) 95 % bound, 0.887."""
+    bound = lower_bound(np.ones(25), 1.645)
+    assert 0.85 < bound < 0.95
+    assert lower_bound(np.ones(25), 1.645, future=25) < bound
+    spread = np.r_[np.ones(700), np.zeros(300)]  # a sample with its own spread: the floor does not bind
+    assert lower_bound(spread, 1.645) == pytest.approx(0.7 - 1.645 * spread.std(ddof=1) / math.sqrt(1000))

@@ -3,6 +3,8 @@ test_train_from_log)."""
 
 from __future__ import annotations
 
+import pytest
+
 from proteus_train.evaluation.promotion import EXIT_DO_NOT_PROMOTE, EXIT_PROMOTE, exit_code, overlap_warning, render, verdict
 
 
@@ -54,9 +56,8 @@ def test_the_report_says_which_rows_the_estimates_use():
     text = render(report)
     assert ("Decision log LOG: 300 decisions, 20 of them with feedback, and 35 shadow rows. The accuracy estimates use "
             "the 20 decisions with feedback and the 35 shadow rows (55 rows), each in the compliance state it was served "
-            "in; the 280 decisions without feedback are not used there. $/call: the mean cost of each artifact's choices "
-            "over all the state's logged requests.") in text
-    assert "| tier:premium@0.85 | 0.8 | 300 | 0.9000 (0.8500-0.9500) | 0.9000 (0.8500-0.9500) | 1.000000 | 1.000000 | 30 | 50 |" in text
+            "in; the 280 decisions without feedback are not used there. Observed: ") in text
+    assert "| tier:premium@0.85 | 0.8 | 300 | 0.9000 (0.8500-0.9500) |  | 0.9000 (0.8500-0.9500) | 1.000000 | 1.000000 | 30 | 50 |" in text
     assert "the tiers' rows are both" not in text
     report["log_provenance"] = {"n_decisions": 300, "n_labelled": 55}
     assert "55 of them with feedback, no shadow rows. The accuracy estimates use the 55 decisions with feedback (55 rows)" in render(report)
@@ -87,3 +88,34 @@ def test_total_cost_weighs_each_state_by_its_requests_not_its_labelled_rows():
     old = {"a": {**tier(0.85, 2.0, n=20, matched=20), "n_requests": 1000}, "b": {**tier(0.85, 2.0), "n_requests": 100}}
     promote, reasons = verdict(new, old)
     assert promote and reasons == ["every state keeps its floor (or the baseline's accuracy); cost -40.9% vs the baseline"]
+
+
+def test_a_new_head_that_flatters_choices_the_log_never_observed_is_not_promoted():
+    """DR rests on the new artifact's own head wherever it leaves the logged choice: a head that rates
+    a cheap model 0.95 (its real accuracy 0.5) must not carry the verdict.  The judged accuracy is
+    capped by what the log observed of the new choices."""
+    import numpy as np
+
+    from proteus_train.evaluation.promotion import judged_accuracy, observed_accuracy
+    from proteus_train.off_policy import BanditRows
+
+    rng = np.random.default_rng(1)
+    n = 400  # slot 0: the dear logged choice (accuracy 0.9); slot 1: cheap, explored on 2 % (accuracy 0.5)
+    y0, y1 = (rng.random(n) < 0.9).astype(float), (rng.random(n) < 0.5).astype(float)
+    explored = rng.random(n) < 0.02
+    logged = np.where(explored, 1, 0)
+    scores = np.full((n, 2), np.nan)
+    scores[np.arange(n), logged] = np.where(logged == 0, y0, y1)
+    rows = BanditRows(scores, logged, np.where(explored, 0.01, 0.99), groups=np.arange(n))
+    moved = np.where(np.arange(n) < int(n * 0.56), 0, 1)  # 44 % of the traffic to the cheap model
+    flattering = np.column_stack([np.full(n, 0.9), np.full(n, 0.95)])
+
+    def side(choice, q, cost):
+        return {**rows.estimate(choice, q).to_dict(), "observed": observed_accuracy(rows, choice), "tau": 0.85,
+                "n_requests": n, "cost_usd": cost}
+
+    new, old = side(moved, flattering, 0.5), side(np.zeros(n, dtype=int), flattering, 1.0)
+    assert new["dr"] > 0.9 and new["n_matched"] >= n / 2  # supported, and DR alone would promote it
+    assert judged_accuracy(new) < 0.6 and judged_accuracy(old) == pytest.approx(old["dr"], abs=0.02)
+    promote, reasons = verdict({"tier:x@0.85": new}, {"tier:x@0.85": old})
+    assert not promote and "on what the log observed of its choices" in reasons[0]

@@ -61,7 +61,7 @@ def test_a_state_without_labels_is_reported_as_cannot_be_estimated_and_blocks_pr
     assert not report["promote"] and exit_code(report) == EXIT_DO_NOT_PROMOTE
     assert report["reasons"] == ["state 'tier:premium@0.85': cannot be estimated: none of its 30 requests has feedback "
                                  "or a shadow row: collect feedback or turn on shadow evaluation"]
-    assert "| tier:premium@0.85 | 0.85 | 30 | cannot be estimated | cannot be estimated |" in render(report)
+    assert "| tier:premium@0.85 | 0.85 | 30 | cannot be estimated |  | cannot be estimated |" in render(report)
 
 
 def test_the_floor_is_the_tau_each_state_promises_not_the_routed_tau(tmp_path):

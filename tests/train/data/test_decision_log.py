@@ -359,3 +359,20 @@ def test_the_validation_share_splits_the_decision_log_only(tmp_path):
     log = load_logs(tmp_path, validation_share=0.7)
     wide_rows = np.array([s.startswith("w") for s in log.sample_ids])
     assert set(log.split[wide_rows]) == {"test"} and set(log.split[~wide_rows]) == {"train", "val"}
+
+
+def test_a_log_whose_prompts_all_hash_into_training_is_refused_not_split_by_row(tmp_path, capsys):
+    """Four prompts asked 50 times each, none in the validation share: a validation part carved by
+    row would hold every prompt on both sides, so training refuses, naming the flag."""
+    from litellm_proteus.cli import main
+    from proteus_train.data.decision_log import prompt_fraction
+
+    prompts = [p for p in (f"health check {i}" for i in range(100)) if prompt_fraction(p) < 0.6][:4]
+    records = [decision(f"c{i}", 100.0 + i, i % 3, prompt=prompts[i % 4]) for i in range(200)]
+    records += [feedback(f"c{i}", 1000.0 + i, float(i % 2)) for i in range(200)]
+    path = write(tmp_path / "decisions-x.jsonl", records)
+    assert set(load_logs(path).split) == {"train"}
+    assert main(["train", "--data", str(path), "--out", str(tmp_path / "art"), "--steps", "100", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no prompt of the decision log falls into the validation share (0.4 of prompts" in err
+    assert "4 distinct prompts" in err and "--validation-share" in err and not (tmp_path / "art").exists()
