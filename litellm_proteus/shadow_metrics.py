@@ -6,9 +6,10 @@ counts of the same events (``counts``: what the tests and the log lines read).
 - ``proteus_shadow_budget_spent_usd``: today's spend against the daily cap, as last read (shared
   through Redis when configured; the value its live workers set most recently);
 - ``proteus_shadow_skipped_total{reason}``: sampled requests not shadowed: ``budget`` (the day's cap
-  is spent), ``busy`` (``max_in_flight`` jobs running), ``no_answer`` (forgotten before its response
-  completed), ``unscored`` (no answer could be judged), ``too_large`` (the row is over the log's
-  ``max_bytes``), ``error`` (the job failed);
+  is spent), ``budget_unavailable`` (the budget's Redis is down), ``busy`` (``max_in_flight`` jobs
+  running), ``no_answer`` (forgotten before its response completed), ``unscored`` (no answer could be
+  judged), ``too_large`` (the row is over the log's ``max_bytes``), ``unpriced_judge`` (a judge
+  deployment has no price), ``error`` (the job failed);
 - ``proteus_shadow_rows_total``: shadow rows written.
 """
 

@@ -5,7 +5,8 @@ routes the split's rows with each artifact exactly as the proxy would (``routing
 prompt-hash mixing) at every tau of the new artifact's declared range (``--tau-step``) and prints
 per tau: each artifact's accuracy, whether it keeps the floor (accuracy >= tau), its mean cost per
 call, and the new / reference cost ratio.  Used for the learn-from-traffic acceptance
-(docs/learn-from-traffic.md); writes ``--out`` JSON.
+(docs/learn-from-traffic.md); writes ``--out`` JSON.  ``--equal-accuracy ACC ...`` also compares the two
+routings at equal measured accuracy (``equal_accuracy``), apart from either tau table.
 """
 
 from __future__ import annotations
@@ -43,6 +44,24 @@ def route_split(artifact: str, data_paths: list[str], split: str, taus: np.ndarr
     return out
 
 
+def cheapest_reaching(points: list[dict], accuracy: float) -> float | None:
+    """The lowest cost among ``points`` whose accuracy reaches ``accuracy`` (None: none does)."""
+    costs = [p["cost_usd"] for p in points if p["accuracy"] >= accuracy - 1e-9]
+    return min(costs) if costs else None
+
+
+def equal_accuracy(new: list[dict], ref: list[dict], targets: np.ndarray) -> list[dict]:
+    """Each artifact's test frontier compared at equal *measured* accuracy, whatever tau it was asked:
+    per target, the cheapest point of each reaching it and their cost ratio.  Separates the routing's
+    quality from the tau table's margin (``--equal-accuracy``)."""
+    out = []
+    for target in targets:
+        a, b = cheapest_reaching(new, target), cheapest_reaching(ref, target)
+        out.append({"accuracy": round(float(target), 4), "new_cost_usd": a, "reference_cost_usd": b,
+                    "cost_ratio": round(a / b, 4) if a is not None and b else None})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m proteus_train.acceptance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", nargs="+", required=True)
@@ -51,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--tau-step", type=float, default=0.01)
     parser.add_argument("--out", help="JSON file to write")
+    parser.add_argument("--equal-accuracy", nargs="+", type=float, metavar="ACC",
+                        help="also route both artifacts over every tau (0.5-1.0, step 0.005) and compare the cheapest "
+                             "point of each whose measured accuracy reaches each ACC (equal_accuracy in the JSON)")
     parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
     args = parser.parse_args(argv)
     lo, hi = load_artifact(args.artifact)[1].tau_range
@@ -67,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         "mean_cost_ratio": round(float(np.mean([r["cost_ratio"] for r in rows])), 4),
         "rows": rows,
     }
+    if args.equal_accuracy:
+        sweep = np.round(np.arange(0.5, 1.0 + 1e-9, 0.005), 4)
+        summary["equal_accuracy"] = equal_accuracy(route_split(args.artifact, args.data, args.split, sweep, args.cache_dir),
+                                                   route_split(args.reference, args.data, args.split, sweep, args.cache_dir),
+                                                   np.asarray(args.equal_accuracy))
     text = json.dumps(summary, indent=2)
     if args.out:
         Path(args.out).write_text(text)

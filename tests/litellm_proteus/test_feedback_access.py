@@ -372,22 +372,3 @@ def test_an_outcome_keeps_the_upstream_message_only_with_log_prompts(tmp_path, l
         assert ("secret plan" in outcome["error"]) is log_prompts and "BadRequestError" in outcome["error"]
     finally:
         writer.close()
-
-
-@pytest.mark.parametrize("body", [b'{"call_id": "x", "score": 0.5, "source": "\xff"}', b"\xff\xfe{"])
-def test_a_feedback_body_that_is_not_utf8_is_a_400_saying_so(body):
-    import asyncio
-
-    from litellm.proxy._types import ProxyException
-    from starlette.requests import Request
-
-    from litellm_proteus.router_strategy.feedback_route import require_json_object
-
-    async def receive():
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    request = Request({"type": "http", "method": "POST", "path": "/proteus/feedback", "headers": []}, receive)
-    with pytest.raises(ProxyException) as info:
-        asyncio.run(require_json_object(request))
-    assert str(info.value.code) == "400" and "body must be a JSON object" in info.value.message
-    assert "it is not UTF-8 JSON (byte " in info.value.message and "digits" not in info.value.message

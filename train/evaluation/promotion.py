@@ -100,6 +100,16 @@ def _row_states(data: RoutingLog, calls: dict[str, tuple[str, float]]) -> np.nda
     return np.asarray(out, dtype=object)
 
 
+def promised_taus(calls: dict[str, tuple[str, float]]) -> dict[str, list[float]]:
+    """Per state, the tau each of its requests promised, once per request (``call_states`` also keys
+    a call's latest request by ``shadow:<call_id>``)."""
+    promised: dict[str, list[float]] = {}
+    for sample_id, (state, tau) in calls.items():
+        if not sample_id.startswith("shadow:"):
+            promised.setdefault(state, []).append(tau)
+    return promised
+
+
 @dataclass
 class PromotionLog:
     """The decision log as the promotion check reads it, once for both artifacts."""
@@ -139,9 +149,7 @@ def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, 
     rows = BanditRows(data.scores, data.logged_choice, data.propensity)
     row_state = _row_states(data, calls)
     request_state = np.asarray([calls[c][0] for c in requests.sample_ids], dtype=object)
-    promised: dict[str, list[float]] = {}
-    for state, tau in calls.values():
-        promised.setdefault(state, []).append(tau)
+    promised = promised_taus(calls)
     out = {}
     for state in sorted(set(request_state.tolist()) | set(row_state.tolist())):
         sel, req = row_state == state, request_state == state

@@ -165,6 +165,8 @@ def test_a_decision_the_writer_cannot_log_takes_no_feedback(steerable_artifact, 
     (b'{"call_id": "c", "score": ' + b"1" * 5_000 + b"}", "a number of more than 4300 digits"),
     (b'{"call_id": "c", "score": 1', "it is not JSON (Expecting ',' delimiter at line 1 column 28)"),
     (b'[1, 2]', "got list"),
+    (b'{"call_id": "x", "score": 0.5, "source": "\xff"}', "it is not UTF-8 JSON (byte 42: invalid start byte)"),
+    (b"\xff\xfe{", "it is not UTF-8 JSON (byte 2: truncated data)"),
 ])
 def test_a_feedback_body_that_is_not_a_json_object_is_a_400_saying_why(body, why):
     from litellm.proxy._types import ProxyException

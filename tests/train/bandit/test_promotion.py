@@ -119,3 +119,12 @@ def test_a_new_head_that_flatters_choices_the_log_never_observed_is_not_promoted
     assert judged_accuracy(new) < 0.6 and judged_accuracy(old) == pytest.approx(old["dr"], abs=0.02)
     promote, reasons = verdict({"tier:x@0.85": new}, {"tier:x@0.85": old})
     assert not promote and "on what the log observed of its choices" in reasons[0]
+
+
+def test_each_request_promises_its_tau_once_even_when_its_call_id_was_reused():
+    """A reused call id: its latest request is also keyed for its shadow rows; the state's promised
+    tau is the mean over requests, the latest not counted twice."""
+    from proteus_train.evaluation.promotion import promised_taus
+
+    calls = {"c1": ("tau:0.8", 0.80), "c1#2": ("tau:0.8", 0.89), "shadow:c1": ("tau:0.8", 0.89), "c2": ("tau:0.8", 0.83)}
+    assert sorted(promised_taus(calls)["tau:0.8"]) == [0.80, 0.83, 0.89]
