@@ -33,8 +33,10 @@ again and again, and a repeat is not a new sample.  And every bound covers a fut
 as the validation split (``lower_bound``'s ``future``), as the full-information calibration's margin
 does: the promise is about the traffic to come, not the rows at hand.
 
-When no supported point's bound reaches the bottom of the tau range + margin, nothing can be
-promised from the log: training stops with ``UnsupportedLogError`` (exit 2) instead of writing an
+``calibration_margin`` is the least margin below the point estimate, as in the full-information
+calibration (the bound covers the noise already); with ``validation_cap`` it is added to the bound,
+a margin for the initial artifact's leak.  When no supported point's bound reaches the bottom of the
+tau range, nothing can be promised from the log: training stops with ``UnsupportedLogError`` (exit 2) instead of writing an
 artifact that claims a tau.
 """
 
