@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from .deployment_correction import CorrectionSettings
 from .quality_breaker import BreakerSettings
@@ -107,6 +107,15 @@ class ComplianceSettings(BaseModel):
     correction: CorrectionSettings = Field(
         default_factory=CorrectionSettings, description="the deployment correction (deployment_correction.py)"
     )
+
+    @model_validator(mode="after")
+    def _minimums_fit_the_windows(self) -> "ComplianceSettings":
+        # a window that can never hold min_decisions would freeze delta and the infeasible flag for good
+        if self.min_decisions > self.window:
+            raise ValueError(f"min_decisions ({self.min_decisions}) must be at most window ({self.window})")
+        if self.min_labels > self.label_window:
+            raise ValueError(f"min_labels ({self.min_labels}) must be at most label_window ({self.label_window})")
+        return self
 
 
 @dataclass(frozen=True)
@@ -401,6 +410,13 @@ class LocalBackend:
         with self._lock:
             self._residuals.pop(deployment_id, None)
 
+    def drop_residuals(self) -> None:
+        """Forget every local residual window: Redis answers again, and its windows are the evidence
+        (a window kept through an outage would judge deployments on old labels in the next one)."""
+        if self._residuals:
+            with self._lock:
+                self._residuals.clear()
+
 
 # KEYS: hash, decision list, label list.  ARGV: kind ("d" | "f"), tau, p, p_best | label, then the
 # settings: window, label_window, min_decisions, min_labels, delta_min, delta_max, decay, margin,
@@ -679,7 +695,8 @@ class RedisBackend:
         return newest(state, self.s.window, self.s.label_window, pairs(decisions), pairs(labels))
 
 
-_STATE_METHODS = frozenset({"read", "decision", "feedback", "state", "newest"})  # their first argument: the state key
+_STATE_METHODS = frozenset({"read", "decision", "feedback", "state", "newest"})
+_RESIDUAL_METHODS = frozenset({"record_residual", "residual_stats", "clear_residuals"})  # their first argument: the state key
 FAILURES_BEFORE_LOCAL = 2  # failed Redis calls of one kind in a row that switch a process to local state
 
 
@@ -711,6 +728,7 @@ class ComplianceController:
         self._outage_logged = False
         self._infeasible_warned = self.local.store.infeasible_warned  # per state store: a rebuilt controller does not warn again
         self.released = False  # set by ``release``: no live strategy uses this controller any more
+        self._not_finite_warned = -math.inf
 
     def close(self) -> None:
         """No live strategy uses this controller: its Redis connection closes (its state stays in
@@ -729,6 +747,8 @@ class ComplianceController:
                 try:
                     result = getattr(self.redis, method)(*args)
                     self._failures[method], self._last_failed = 0, False
+                    if method in _RESIDUAL_METHODS:  # what this process kept while Redis was down is superseded
+                        self.local.drop_residuals()
                     self._down_until = 0.0  # an answer, even one begun before an outage was called, ends it
                     if self._outage_logged:
                         logger.warning("PROTEUS compliance: Redis reachable again; shared controller state resumed")
@@ -778,13 +798,20 @@ class ComplianceController:
         """``p_best``: the highest calibrated p among the candidates (what the top operating point
         would reach); defaults to ``p_chosen``.  ``p_ref``: the mean calibrated p static calibration
         validated at ``tau`` (``TauMapper.reference_p``); None: the label-free target is tau + margin."""
+        p_best = p_chosen if p_best is None else p_best
+        if not all(math.isfinite(float(v)) for v in (tau, p_chosen, p_best)):  # a non-finite p_ref: the margin
+            self._warn_not_finite(state_key)  # one NaN would poison the window's sums for good
+            return
         if self.settings.enabled:
-            self._call("decision", state_key, float(tau), float(p_chosen), float(p_chosen if p_best is None else p_best),
+            self._call("decision", state_key, float(tau), float(p_chosen), float(p_best),
                        label_free_margin(self.margin, float(tau), p_ref))
 
     def record_feedback(self, state_key: str, tau: float, p_chosen: float, outcome: float) -> None:
         if not 0.0 <= outcome <= 1.0:
             raise ValueError(f"outcome must be in [0, 1]; got {outcome!r}")
+        if not math.isfinite(float(p_chosen)):
+            self._warn_not_finite(state_key)
+            return
         if self.settings.enabled:
             self._call("feedback", state_key, float(p_chosen), float(outcome))
 
@@ -813,6 +840,13 @@ class ComplianceController:
             "delta": state.delta,
             "infeasible": state.infeasible,
         }
+
+    def _warn_not_finite(self, state_key: str) -> None:
+        now = time.monotonic()
+        if now - self._not_finite_warned >= 60.0:
+            self._not_finite_warned = now
+            logger.warning("PROTEUS compliance: %s: a decision or label with a p that is not a finite number is left out "
+                           "of the controller's window", state_key)
 
     def _warn_infeasible(self, state_key: str, tau: float) -> None:
         now = time.monotonic()

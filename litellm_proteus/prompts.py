@@ -32,7 +32,10 @@ def _part_text(part: Any) -> str:
     if isinstance(part, Mapping):
         kind, text = part.get("type", "text"), part.get("text")
         if isinstance(kind, str) and kind in TEXT_PART_TYPES and isinstance(text, (str, int, float)) and text:
-            return str(text)  # a nested object is not text (and its repr could recurse)
+            try:
+                return str(text)  # a nested object is not text (and its repr could recurse)
+            except ValueError:  # an int past Python's 4,300-digit string limit: no text to route on
+                return ""
     return ""
 
 

@@ -508,8 +508,12 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         key_hash = hash_key(request.key_hash)
         try:
             lookup = await self.tier_store.alookup(key_hash)
-            if lookup.tier is None and not lookup.stale and key_hash != request.key_hash.strip():
-                lookup = await self._raw_key_tier(request.key_hash.strip(), lookup)
+            if lookup.tier is None and key_hash != request.key_hash.strip():
+                try:  # while Redis is down too: the raw key's last known tier is still the key's tier
+                    lookup = await self._raw_key_tier(request.key_hash.strip(), lookup)
+                except TierStoreError:
+                    if not lookup.stale:
+                        raise
         except TierStoreError as exc:
             record_tier_error()
             self._warn("redis", f"tier lookup failed, using the default tier {self.config.default_tier!r}: {exc}")

@@ -942,3 +942,39 @@ def test_a_window_made_smaller_counts_entries_known_only_by_their_sums_at_their_
     assert view.sum_best == pytest.approx(1.0 + 0.8 + 3 * 0.9)
     assert (view.sum_res, view.sum_y) == pytest.approx((3 * 0.1, 3 * 0.5))
     assert (from_redis.n, from_redis.n_labels) == (8, 4)  # a view: the state itself is unchanged
+
+
+def test_a_window_that_cannot_hold_min_decisions_is_refused_naming_both():
+    """delta and the infeasible flag move only from min_decisions decisions on: a smaller window
+    would freeze them for good."""
+    with pytest.raises(ValidationError, match=r"min_decisions \(50\) must be at most window \(30\)"):
+        ComplianceSettings(window=30)
+    with pytest.raises(ValidationError, match=r"min_labels \(20\) must be at most label_window \(10\)"):
+        ComplianceSettings(label_window=10)
+    assert ComplianceSettings(window=30, min_decisions=30).window == 30
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_p_that_is_not_a_finite_number_is_left_out_of_the_window(redis_server, shared, caplog):
+    """One NaN p would make delta NaN for good (local) or poison the Redis sums (the script fails after
+    pushing it): it is left out, with a warning, and the window goes on."""
+    controller = ComplianceController(settings(), redis_url=redis_server.url if shared else None)
+    key = f"{KEY}:not-finite:{shared}"
+    with caplog.at_level(logging.WARNING, logger="litellm_proteus.compliance"):
+        for p in [0.7] * 5 + [math.nan, math.inf] + [0.7] * 5:
+            controller.record_decision(key, TAU, p, 0.9)
+        controller.record_feedback(key, TAU, math.nan, 1.0)
+    control, snap = controller.control(key, TAU), controller.snapshot(key)
+    assert math.isfinite(control.delta) and control.delta > 0 and controller.shared == shared
+    assert (snap["n"], snap["n_labels"], snap["p_mean"]) == (10, 0, pytest.approx(0.7))
+    assert caplog.text.count("not a finite number") == 1
+
+
+def test_residual_windows_kept_through_an_outage_are_dropped_once_redis_answers(redis_server):
+    """Labels recorded locally while Redis was down must not judge deployments in a later outage."""
+    controller = ComplianceController(settings(retry_after_s=0.0), redis_url=redis_server.url)
+    controller.local.record_residual("d", -0.5, 100)  # what an outage left in this process
+    assert controller.local.residual_stats(["d"])["d"][0] == 1
+    controller.record_residual("d", 0.1, 100)  # Redis answers
+    assert controller.shared and controller.local.residual_stats(["d"])["d"][0] == 0
+    assert controller.residual_stats(["d"])["d"][0] == 1  # Redis's window: the one label it was sent

@@ -19,6 +19,7 @@ IMAGE = {"type": "image_url", "image_url": {"url": "http://x/y.png"}}
         ([{"type": "input_audio", "input_audio": {}}], ""),
         (None, ""),
         (42, ""),
+        ([{"type": "text", "text": 10 ** 5000}, {"type": "text", "text": "kept"}], "kept"),  # past str()'s digit limit
     ],
 )
 def test_content_text_keeps_text_parts_only(content, text):

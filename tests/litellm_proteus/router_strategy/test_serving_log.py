@@ -373,6 +373,11 @@ def test_a_tier_stored_under_a_raw_custom_auth_key_still_applies_with_a_warning(
         asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata=metadata))
     assert (metadata["proteus"]["tier"], metadata["proteus"]["tier_source"]) == ("premium", "redis")
     assert "proteus tiers rehash" in caplog.text and secret not in caplog.text
+    # a Redis blip: the key keeps its last known tier, read under the raw key as before
+    redis.Redis.from_url(redis_server.url).client_pause(1500)
+    blip = dict(data["metadata"])
+    asyncio.run(router.acompletion(model="proteus-auto", messages=QUESTION, metadata=blip))
+    assert (blip["proteus"]["tier"], blip["proteus"]["tier_source"]) == ("premium", "redis")
 
 
 def test_concurrent_requests_sharing_a_call_id_each_get_their_own_picks_outcome(steerable_artifact, tmp_path, upstream):  # noqa: F811
