@@ -155,6 +155,13 @@ def test_a_field_that_is_not_a_number_is_named_with_its_line(tmp_path, record, f
         load_logs(path)
 
 
+def test_a_record_without_ts_is_named_with_its_line_as_the_runtime_readers_name_it(tmp_path):
+    undated = {k: v for k, v in feedback("a", 2.0, 1.0).items() if k != "ts"}
+    path = write(tmp_path / "decisions-x.jsonl", [decision("a", 1.0, 0), undated])
+    with pytest.raises(ValueError, match=r"decisions-x\.jsonl:2: call_id 'a': field 'ts' is missing"):
+        load_logs(path)
+
+
 def test_a_repeated_call_id_keeps_its_latest_records_by_ts_like_join_log(tmp_path):
     from litellm_proteus.decision_log import join_log
 
