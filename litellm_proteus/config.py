@@ -393,7 +393,10 @@ def load_config_file(path: str, redis_url: str | None = None) -> ProteusConfig:
     import yaml
 
     with open(path) as handle:
-        data = yaml.safe_load(handle) or {}
+        try:
+            data = yaml.safe_load(handle) or {}
+        except yaml.YAMLError as exc:
+            raise ProteusConfigError(f"{path}: not YAML: {exc}") from None
     settings = (data.get("router_settings") or {}) if isinstance(data, dict) else {}
     if settings.get("routing_strategy") != STRATEGY_NAME:
         raise ProteusConfigError(f"{path}: router_settings.routing_strategy is not {STRATEGY_NAME!r}")

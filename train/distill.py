@@ -41,7 +41,7 @@ def distill_static(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
     encoder = open_encoder(base, device=device, backend="hf")  # its tokenizer and special-token template
-    if encoder.model is None:
+    if getattr(encoder, "model", None) is None:  # a static encoder has a table, no model
         raise ValueError(f"encoder {base!r} is already static")
     prefix, suffix = encoder.special_ids
     n_tokens = min(len(encoder.tokenizer), encoder.model.get_input_embeddings().num_embeddings)

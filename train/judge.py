@@ -61,8 +61,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 0 < args.sample <= 1:
         raise ValueError(f"--sample must lie in (0, 1]; got {args.sample}")
-    if args.budget_usd is not None and args.budget_usd <= 0:
-        raise ValueError(f"--budget-usd must be > 0; got {args.budget_usd}")
+    if args.budget_usd is not None and not (math.isfinite(args.budget_usd) and args.budget_usd > 0):
+        raise ValueError(f"--budget-usd must be a finite number > 0; got {args.budget_usd}")  # nan or inf: no cap at all
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1; got {args.max_tokens}")
     summary = judge(args)
     print(json.dumps(summary, indent=2))
     if summary["stopped_unpriced"]:

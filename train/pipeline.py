@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from litellm_proteus import __version__
-from litellm_proteus.artifact import Manifest, TauCalibration, load_artifact, read_manifest, save_artifact
+from litellm_proteus.artifact import MANIFEST_FILE, Manifest, TauCalibration, load_artifact, read_manifest, save_artifact
 from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.encoder import resolve_device
 from litellm_proteus.model import ModelConfig, ProteusModel
@@ -186,8 +186,12 @@ def unreachable_range_message(exc: UnreachableTauRange, tau_range: tuple[float, 
 
 def check_out_dir(out_dir: str | os.PathLike) -> None:
     """Refuse an ``--out`` that cannot become the artifact directory before any work: an existing
-    file, or a path under one."""
+    file, a path under one, or a folder that holds files but no artifact (training writes the
+    artifact's files over whatever is there: an artifact is replaced, nothing else is)."""
     path = Path(out_dir)
+    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST_FILE).is_file():
+        raise ValueError(f"--out {str(path)!r} holds files but no PROTEUS artifact ({MANIFEST_FILE}): training would "
+                         "write over them; name a new or empty folder, or an artifact to replace")
     for at in (path, *path.parents):
         if at.exists():
             if not at.is_dir():

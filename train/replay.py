@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from litellm_proteus.compliance import ComplianceController, ComplianceSettings, state_key_for
 
 SCENARIOS = ("as-is", "hardest", "drift", "degrade")
+MAX_LENGTH = 1_000_000  # requests per stream: each holds a row per request and tier in memory
 
 
 @dataclass
@@ -351,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
     broken = [rule for rule, ok in ((f"0 < --shift-at ({args.shift_at}) < --length ({args.length})", 0 < args.shift_at < args.length),
                                     (f"1 <= --window ({args.window}) <= --length ({args.length})", 1 <= args.window <= args.length),
                                     (f"--batch ({args.batch}) >= 1", args.batch >= 1),
+                                    (f"--length ({args.length}) <= {MAX_LENGTH}", args.length <= MAX_LENGTH),
                                     (f"--label-delay ({args.label_delay}) >= 0", args.label_delay >= 0),
                                     (f"--seed ({args.seed}) >= 0", args.seed >= 0),
                                     (f"--min-group-rows ({args.min_group_rows}) >= 1", args.min_group_rows >= 1)) if not ok]

@@ -414,3 +414,13 @@ def test_a_slow_answer_for_a_key_with_no_last_known_tier_is_waited_for(redis_ser
     asyncio.run(too_late())
     pauser.client_unpause()
     pauser.close()
+
+
+def test_a_config_that_is_not_yaml_is_an_error_naming_the_file(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [\n")
+    assert main(["tiers", "--config", str(bad), "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"{bad}: not YAML" in err and "Traceback" not in err

@@ -110,3 +110,12 @@ def test_cli_never_writes_into_a_folder_that_holds_files(tiny_bert, tmp_path):
     )
     assert done.returncode == 2 and f"error: --out {artifact} is not empty" in done.stderr, done.stderr[-2000:]
     assert sorted(p.name for p in artifact.iterdir()) == ["manifest.json"]
+
+
+def test_an_encoder_that_is_already_static_is_an_error_not_a_traceback(tmp_path, capsys):
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR
+    from litellm_proteus.cli import main
+
+    assert main(["distill-static", "--encoder", str(DEFAULT_ARTIFACT_DIR / "encoder"), "--out", str(tmp_path / "d"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "is already static" in err and "Traceback" not in err and not (tmp_path / "d").exists()

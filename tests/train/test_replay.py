@@ -200,3 +200,10 @@ def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
     assert main(["replay", "--out", str(tmp_path / "afile")]) == 2
     err = capsys.readouterr().err
     assert "error: --out" in err and "is a file" in err
+
+
+def test_a_stream_too_long_to_hold_is_refused_naming_the_limit(tmp_path, capsys):
+    from litellm_proteus.cli import main
+
+    assert main(["replay", "--out", str(tmp_path), "--length", "100000000"]) == 2
+    assert "--length (100000000) <= 1000000" in capsys.readouterr().err

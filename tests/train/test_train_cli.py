@@ -368,6 +368,13 @@ def test_an_out_path_that_is_a_file_is_refused_before_any_work(tmp_path, capsys,
 
     status = main(["train", "--data", str(tmp_path / "logs.csv"), "--out", str(a_file / "sub"), "--quiet"])
     assert status == 2 and f"lies under '{a_file}', which is a file" in capsys.readouterr().err
+    # a folder with files but no artifact: training would write over them (its encoder folder replaced)
+    project = tmp_path / "project"
+    (project / "encoder").mkdir(parents=True)
+    (project / "encoder" / "notes.txt").write_text("keep")
+    status = main(["train", "--data", str(tmp_path / "logs.csv"), "--out", str(project), "--quiet"])
+    assert status == 2 and f"--out '{project}' holds files but no PROTEUS artifact (manifest.json)" in capsys.readouterr().err
+    assert (project / "encoder" / "notes.txt").read_text() == "keep"
 
 
 def test_a_tau_range_no_operating_point_reaches_is_an_error_and_writes_no_artifact(tmp_path):

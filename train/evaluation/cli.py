@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 import time
@@ -73,15 +74,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    """Bad flags are ValueErrors: ``proteus`` prints ``error: ...`` and exits 2."""
     if not 0 < args.tau_step < 1:
-        raise SystemExit(f"--tau-step must be in (0, 1); got {args.tau_step}")
+        raise ValueError(f"--tau-step must be in (0, 1); got {args.tau_step}")
     if args.headline_tau is not None and not 0 < args.headline_tau <= 1:
-        raise SystemExit(f"--headline-tau must be in (0, 1]; got {args.headline_tau}")
-    if args.llm_latency_s <= 0:
-        raise SystemExit(f"--llm-latency-s must be > 0; got {args.llm_latency_s}")
+        raise ValueError(f"--headline-tau must be in (0, 1]; got {args.headline_tau}")
+    if not (math.isfinite(args.llm_latency_s) and args.llm_latency_s > 0):
+        raise ValueError(f"--llm-latency-s must be a finite number > 0; got {args.llm_latency_s}")
     names = [name for name, _ in args.ablation]
     if len(set(names)) != len(names) or "PROTEUS" in names:
-        raise SystemExit(f"--ablation names must be unique and not 'PROTEUS'; got {names}")
+        raise ValueError(f"--ablation names must be unique and not 'PROTEUS'; got {names}")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     for name, directory in args.ablation:
         model, manifest = load_artifact(directory)
         if list(manifest.models) != list(inputs.manifest.models):
-            raise SystemExit(f"--ablation {name}={directory}: models {manifest.models} differ from the evaluated artifact's "
+            raise ValueError(f"--ablation {name}={directory}: models {manifest.models} differ from the evaluated artifact's "
                              f"{inputs.manifest.models}")
         if manifest.encoder == inputs.manifest.encoder and not manifest.encoder.bundled:
             emb = inputs.test.emb

@@ -288,3 +288,14 @@ def test_a_reply_without_choices_is_unscored_and_the_paid_labels_are_kept(tmp_pa
     assert route.call_count == 5 and (summary["scored"], summary["unscored"], summary["failed"]) == (4, 1, 0)
     written = [json.loads(line) for line in open(summary["written"])]
     assert [(r["call_id"], r["score"]) for r in written] == [("c0", 1.0), ("c1", 0.0), ("c3", 0.5), ("c4", 1.0)]
+
+
+@pytest.mark.parametrize("flag, value", [("budget_usd", float("nan")), ("budget_usd", float("inf")), ("budget_usd", 0.0),
+                                         ("max_tokens", 0)])
+def test_a_budget_or_max_tokens_that_bounds_nothing_is_refused(tmp_path, flag, value):
+    """--budget-usd nan (or inf) compares False with every spend: the run would never stop paying."""
+    from proteus_train.judge import run
+
+    write_log(tmp_path)
+    with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} must be"):
+        run(args_for(tmp_path, **{flag: value}))

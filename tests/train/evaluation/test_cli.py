@@ -61,8 +61,9 @@ def test_eval_cli_bad_input(tmp_path, make_artifact, capsys):
     bare = make_artifact(SYNTH_MODELS, seed=1)
     assert main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "manifest.data.paths is empty" in capsys.readouterr().err
-    with pytest.raises(SystemExit, match="--tau-step"):
-        main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--tau-step", "0"])
+    for flag, value in (("--tau-step", "0"), ("--tau-step", "nan"), ("--llm-latency-s", "inf"), ("--headline-tau", "1.5")):
+        assert main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), flag, value]) == 2
+        assert capsys.readouterr().err.startswith(f"error: {flag} must be")
 
 
 def test_eval_rejects_data_without_the_artifacts_models(tmp_path, make_artifact, capsys, monkeypatch):
