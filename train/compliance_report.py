@@ -233,9 +233,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON")
 
 
+def writable_file(flag: str, path: str) -> None:
+    """Refuse, before any work, an output path that is a folder or whose folder does not exist."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"{flag} {path}: is a folder; name a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"{flag} {path}: its folder {str(target.parent)!r} does not exist")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.window < 1:
         raise ValueError(f"--window must be >= 1; got {args.window}")
+    for flag, path in (("--png", args.png), ("--json", args.json)):
+        if path:
+            writable_file(flag, path)
     records = list(iter_records(args.log))
     rows = join_records(records)
     if not rows:

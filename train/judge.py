@@ -74,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
               "Judge through a LiteLLM proxy that reports the cost, name a model LiteLLM prices, or drop --budget-usd",
               file=sys.stderr)
         return 2
+    if summary["called"] and summary["failed"] == summary["called"]:
+        print(f"error: every judge call failed ({summary['failed']} of {summary['called']}; the first error is printed "
+              f"above): check --judge-model {args.judge_model!r}, --api-base and the key in ${args.api_key_env}",
+              file=sys.stderr)
+        return 2
     if summary["unscored"]:
         # The log has no record for "judged, no score" (a feedback record needs a score in [0, 1]), and
         # a later run may score it (a larger --max-tokens, another judge): such calls stay eligible.

@@ -181,3 +181,15 @@ def test_requests_that_sent_their_own_tau_are_a_row_of_their_own_beside_their_ti
     states = {t["state_key"]: (t["tier"], t["requests"], t["tau"]) for t in json.loads((tmp_path / "c.json").read_text())["states"]}
     assert states == {"tier:standard@0.82": ("standard", 3, pytest.approx(0.82)),
                       "tau:0.7825": ("standard", 3, pytest.approx(0.7821)), "tau:0.85": ("standard", 3, pytest.approx(0.8521))}
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_any_output(tmp_path, capsys):
+    write_log(tmp_path / "log")
+    png = tmp_path / "c.png"
+    for flag, path, why in (("--json", tmp_path, "is a folder"), ("--json", tmp_path / "no" / "c.json", "does not exist"),
+                            ("--png", tmp_path, "is a folder")):
+        other = ["--png", str(png)] if flag == "--json" else []
+        assert proteus_cli(["compliance", "--log", str(tmp_path / "log"), *other, flag, str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"error: {flag} {path}: " in err and why in err
+        assert not png.exists()  # nothing written before the refusal

@@ -299,3 +299,17 @@ def test_a_budget_or_max_tokens_that_bounds_nothing_is_refused(tmp_path, flag, v
     write_log(tmp_path)
     with pytest.raises(ValueError, match=f"--{flag.replace('_', '-')} must be"):
         run(args_for(tmp_path, **{flag: value}))
+
+
+def test_a_run_whose_every_call_failed_ends_with_an_error(tmp_path, monkeypatch, capsys):
+    """No label was written and nothing was learnt: exit 2 naming what to check, not a quiet 0."""
+    from proteus_train.judge import run
+
+    monkeypatch.setenv("PROTEUS_TEST_JUDGE_KEY", "sk-test")
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    write_log(tmp_path)
+    with respx.mock() as mock:
+        mock.post(f"{BASE}/chat/completions").mock(return_value=httpx.Response(401, json={"error": {"message": "bad key"}}))
+        assert run(args_for(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "error: every judge call failed (5 of 5" in err and "--api-base" in err
