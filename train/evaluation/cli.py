@@ -84,6 +84,12 @@ def _check(args: argparse.Namespace) -> None:
     names = [name for name, _ in args.ablation]
     if len(set(names)) != len(names) or "PROTEUS" in names:
         raise ValueError(f"--ablation names must be unique and not 'PROTEUS'; got {names}")
+    for at in (Path(args.out), *Path(args.out).parents):  # before the evaluation runs, not after
+        if at.exists():
+            if not at.is_dir():
+                raise ValueError(f"--out {args.out}: {'is' if at == Path(args.out) else f'lies under {str(at)!r}, which is'} "
+                                 "a file; name a folder for the report")
+            break
 
 
 def command_line(args: argparse.Namespace) -> str:

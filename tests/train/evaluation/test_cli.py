@@ -61,6 +61,10 @@ def test_eval_cli_bad_input(tmp_path, make_artifact, capsys):
     bare = make_artifact(SYNTH_MODELS, seed=1)
     assert main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "manifest.data.paths is empty" in capsys.readouterr().err
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    assert main(["eval", "--artifact", str(bare), "--out", str(a_file / "report")]) == 2
+    assert f"error: --out {a_file / 'report'}: lies under '{a_file}', which is a file" in capsys.readouterr().err
     for flag, value in (("--tau-step", "0"), ("--tau-step", "nan"), ("--llm-latency-s", "inf"), ("--headline-tau", "1.5")):
         assert main(["eval", "--artifact", str(bare), "--out", str(tmp_path / "o"), flag, value]) == 2
         assert capsys.readouterr().err.startswith(f"error: {flag} must be")
