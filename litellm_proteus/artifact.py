@@ -41,7 +41,7 @@ class EncoderSpec(BaseModel):
     embed_dim: int = Field(gt=0)
     max_tokens: int = Field(256, ge=8)
     truncation: str = "tail"
-    pooling: str = "mean-l2"
+    pooling: Literal["mean-l2"] = "mean-l2"  # the one pooling the encoders implement
     bundled: bool = Field(
         False,
         description="weights ship with the artifact (fine-tuned or static): name is a folder relative to the "
@@ -88,7 +88,7 @@ class TauCalibration(BaseModel):
     steers to without labels (``TauMapper.reference_p``).  Empty: the controller's own margin.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN passes every order check
     requested: list[float] = Field(default_factory=list)
     policy_tau: list[float] = Field(default_factory=list)
     margin: float = 0.0
@@ -132,7 +132,7 @@ class SlotCalibration(BaseModel):
     """One slot's map raw p -> calibrated p: isotonic (piecewise-linear through the fitted blocks'
     (mean raw p, mean outcome), flat beyond the ends), Platt (sigmoid(a * logit(p) + b)) or identity."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN passes every order check
     method: Literal["isotonic", "platt", "identity"]
     x: list[float] = Field(default_factory=list, description="isotonic: raw p knots, increasing")
     y: list[float] = Field(default_factory=list, description="isotonic: calibrated p at the knots, non-decreasing")
@@ -167,7 +167,7 @@ class PCalibration(BaseModel):
     """Per-slot calibration of the performance head's p_i(x), fit in training (``train/p_calibration.py``).
     Routing scores keep the raw p; decisions report, and the compliance controller uses, calibrated p."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN passes every order check
     slots: list[SlotCalibration]
     fitted_on: str = Field("", description="which rows it was fit on")
     metrics: dict[str, Any] = Field(default_factory=dict, description="ECE / log-loss before and after")
@@ -190,7 +190,7 @@ class DataRecord(BaseModel):
 
 
 class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN passes every order check
 
     format_version: int = FORMAT_VERSION
     package_version: str = __version__
@@ -226,6 +226,9 @@ class Manifest(BaseModel):
             raise ValueError(
                 f"architecture.embed_dim={self.architecture.embed_dim} != encoder.embed_dim={self.encoder.embed_dim}"
             )
+        negative = sorted(m for tokens in (self.avg_input_tokens, self.avg_output_tokens) for m, v in tokens.items() if v < 0)
+        if negative:
+            raise ValueError(f"avg_input_tokens / avg_output_tokens must be >= 0; negative for {negative}")
         for name, (lo, hi) in (("tau_range", self.tau_range), ("tau_train_range", self.tau_train_range)):
             if not (0.0 < lo < hi <= 1.0):
                 raise ValueError(f"{name} must satisfy 0 < lo < hi <= 1; got [{lo}, {hi}]")

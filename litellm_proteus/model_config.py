@@ -3,7 +3,7 @@ constant, without torch: the manifest and the numpy forward pass read them on a 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # At inference the dual variable is fixed (paper section 2.3).
 INFERENCE_LAMBDA = 1.0
@@ -12,7 +12,7 @@ INFERENCE_LAMBDA = 1.0
 class ModelConfig(BaseModel):
     """Architecture hyper-parameters; stored in the artifact manifest."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     embed_dim: int = Field(gt=0, description="encoder output size")
     n_models: int = Field(ge=2, description="K, the number of trained model slots")
@@ -22,6 +22,12 @@ class ModelConfig(BaseModel):
     gamma_min: float = 2.0
     gamma_max: float = 8.0
     selection_temperature: float = Field(0.05, gt=0)
+
+    @model_validator(mode="after")
+    def _gamma_range(self) -> "ModelConfig":
+        if not self.gamma_min < self.gamma_max:
+            raise ValueError(f"gamma_min ({self.gamma_min}) must be below gamma_max ({self.gamma_max})")
+        return self
 
 
 def tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

@@ -69,12 +69,30 @@ def _edit_manifest(directory, **changes):
             {"calibration": {"frontier_policy_tau": [0.7, 0.8], "frontier_accuracy": [0.8, 0.8], "frontier_cost_usd": [1, 2]}},
             "frontier_accuracy must be strictly increasing",
         ),
+        # NaN passes every order check (a comparison with it is False): refused as a value
+        ({"calibration": {"margin": float("nan")}}, "calibration.margin"),
+        ({"calibration": {"requested": [0.8, float("nan")], "policy_tau": [0.8, 0.9]}}, "calibration.requested"),
+        ({"avg_output_tokens": {"a": float("nan")}}, "avg_output_tokens"),
+        ({"avg_output_tokens": {"a": -5.0}}, "avg_input_tokens / avg_output_tokens must be >= 0; negative for"),
     ],
 )
 def test_manifest_mismatch_names_the_field(make_artifact, changes, field):
     directory = make_artifact(["a", "b"])
     _edit_manifest(directory, **changes)
     with pytest.raises(ArtifactError, match=field):
+        load_artifact(directory)
+
+
+@pytest.mark.parametrize("part, field, value, message", [
+    ("encoder", "pooling", "cls", "pooling"),
+    ("architecture", "gamma_min", 9.0, r"gamma_min \(9.0\) must be below gamma_max \(8.0\)"),
+    ("architecture", "gamma_max", float("inf"), "gamma_max"),
+])
+def test_a_nested_field_no_runtime_can_serve_is_refused_naming_it(make_artifact, part, field, value, message):
+    directory = make_artifact(["a", "b"])
+    raw = json.loads((directory / MANIFEST_FILE).read_text())
+    _edit_manifest(directory, **{part: {**raw[part], field: value}})
+    with pytest.raises(ArtifactError, match=message):
         load_artifact(directory)
 
 
