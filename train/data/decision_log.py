@@ -97,6 +97,8 @@ def _number(where: str, call_id: str, record: Mapping[str, Any], field: str, def
 def _ts(where: str, call_id: str, record: Mapping[str, Any]) -> float:
     if record.get("ts") is None:  # as the runtime's readers (litellm_proteus.decision_log.iter_records)
         raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' is missing; it must be a finite number (Unix seconds)")
+    if isinstance(record["ts"], str):  # the runtime's readers take no numeric string either
+        raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' must be a number; got {record['ts']!r}")
     ts = _number(where, call_id, record, "ts", 0.0)
     if not math.isfinite(ts):
         raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' must be a finite number (Unix seconds); got {ts}")

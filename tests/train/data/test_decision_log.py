@@ -144,6 +144,7 @@ def test_a_candidate_without_slot_ends_proteus_train_with_exit_2(tmp_path, capsy
     (feedback("a", 2.0, "yes"), "score", "yes"),
     (feedback("a", "yesterday", 1.0), "ts", "yesterday"),
     ({**decision("a", 1.0, 0), "ts": "yesterday"}, "ts", "yesterday"),
+    ({**decision("a", 1.0, 0), "ts": "1.5"}, "ts", "1.5"),  # a numeric string too, as the runtime's readers refuse it
 ])
 def test_a_field_that_is_not_a_number_is_named_with_its_line(tmp_path, record, field, value):
     records = [decision("a", 1.0, 0), feedback("a", 2.0, 1.0)]
