@@ -439,11 +439,36 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     manifest = manifest.model_copy(
         update={"calibration": with_reference_p(model, manifest, embeddings[val_idx], costs[val_idx])}
     )
-    # The encoder goes in first: save_artifact records its files' hashes in the manifest.
-    if config.finetune_encoder:
-        encoder.model.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
-        encoder.tokenizer.save_pretrained(Path(out_dir) / BUNDLED_ENCODER_DIR)
-    if static_dir is not None:
-        copy_static_encoder(static_dir, Path(out_dir) / manifest.encoder.name)
-    save_artifact(out_dir, model, manifest)
+    write_artifact(out_dir, model, manifest, static_dir, encoder if config.finetune_encoder else None)
     return manifest
+
+
+def write_artifact(out_dir: str | os.PathLike, model: ProteusModel, manifest: Manifest, static_dir: Path | None,
+                   tuned_encoder=None) -> None:
+    """Write the artifact into a staging folder beside ``out_dir``, then put it in place: an artifact
+    being replaced (a proxy may serve it) is never left half-written by a failed or killed run."""
+    import shutil
+
+    out = Path(out_dir)
+    staging = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    try:
+        # The encoder goes in first: save_artifact records its files' hashes in the manifest.
+        if tuned_encoder is not None:
+            tuned_encoder.model.save_pretrained(staging / BUNDLED_ENCODER_DIR)
+            tuned_encoder.tokenizer.save_pretrained(staging / BUNDLED_ENCODER_DIR)
+        target = staging / manifest.encoder.name
+        # a shared table ('../' name) may already be where the name points: never copied onto itself
+        if static_dir is not None and target.resolve() != Path(static_dir).resolve():
+            copy_static_encoder(static_dir, target)
+        save_artifact(staging, model, manifest)
+        if out.exists():  # two renames: the old artifact is whole until the new one takes its name
+            retired = out.parent / f".{out.name}.replaced-{os.getpid()}"
+            os.rename(out, retired)
+            os.rename(staging, out)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.rename(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

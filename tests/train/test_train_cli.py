@@ -420,3 +420,31 @@ def test_a_log_with_fewer_training_rows_than_the_batch_size_is_refused_before_an
     assert "Pass --batch-size 28 or less" in err and not (tmp_path / "art").exists()
     with pytest.raises(Encoded):  # a batch the rows can fill passes the check
         _train_main(tmp_path, capsys, "--batch-size", "28")
+
+
+def test_a_run_that_fails_while_writing_leaves_the_artifact_it_replaces_whole(tmp_path, monkeypatch):
+    """Retraining into the folder a proxy serves: until the new artifact is complete the old one is
+    untouched, and no staging folder is left behind."""
+    import shutil
+    from pathlib import Path
+
+    import proteus_train.pipeline as pipeline
+    from litellm_proteus.artifact import DEFAULT_ARTIFACT_DIR, load_artifact
+
+    served = shutil.copytree(DEFAULT_ARTIFACT_DIR, tmp_path / "served")
+    before = (served / "manifest.json").read_bytes()
+    model, manifest = load_artifact(served)
+
+    def dies_midway(directory, *args):
+        (Path(directory) / "model.safetensors").write_bytes(b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pipeline, "save_artifact", dies_midway)
+    with pytest.raises(OSError, match="disk full"):
+        pipeline.write_artifact(served, model, manifest, served / "encoder")
+    assert (served / "manifest.json").read_bytes() == before and load_artifact(served)[1].models == manifest.models
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
+    monkeypatch.undo()
+    pipeline.write_artifact(served, model, manifest, DEFAULT_ARTIFACT_DIR / "encoder")  # a whole run replaces it
+    assert load_artifact(served)[1].models == manifest.models
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
