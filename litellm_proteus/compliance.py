@@ -695,8 +695,8 @@ class RedisBackend:
         return newest(state, self.s.window, self.s.label_window, pairs(decisions), pairs(labels))
 
 
-_STATE_METHODS = frozenset({"read", "decision", "feedback", "state", "newest"})
-_RESIDUAL_METHODS = frozenset({"record_residual", "residual_stats", "clear_residuals"})  # their first argument: the state key
+_STATE_METHODS = frozenset({"read", "decision", "feedback", "state", "newest"})  # their first argument: the state key
+_RESIDUAL_METHODS = frozenset({"record_residual", "residual_stats", "clear_residuals"})  # per-deployment windows
 FAILURES_BEFORE_LOCAL = 2  # failed Redis calls of one kind in a row that switch a process to local state
 
 

@@ -47,7 +47,7 @@ from typing import Any
 
 from . import shadow_metrics
 from .costs import CHARS_PER_TOKEN, deployment_id, deployment_prices
-from .decision_log import FILE_MODES, RotatingJsonl
+from .decision_log import FILE_MODES, RotatingJsonl, finite_number
 from .judge_rubric import judge_messages, parse_score
 from .observability import RateLimitedWarnings
 from .shadow_budget import DailyBudget
@@ -88,9 +88,8 @@ def call_cost(response: Any, deployment: Mapping[str, Any] | None, unknown: floa
                 + float(getattr(usage, "completion_tokens", 0) or 0) * prices.output_per_token)
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, Mapping) else None
-    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
-        return float(cost)
-    return unknown
+    cost = finite_number(cost)
+    return cost if cost is not None and cost >= 0 else unknown
 
 
 def unpriced(deployments: Sequence[Mapping[str, Any]]) -> list[str]:
