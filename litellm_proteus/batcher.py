@@ -34,6 +34,10 @@ class _Job(Generic[T]):
 _STOP = object()
 
 
+class BatcherClosed(RuntimeError):
+    """``submit`` on a closed batcher (a settings change released it)."""
+
+
 class MicroBatcher(Generic[T, R]):
     def __init__(
         self,
@@ -62,7 +66,7 @@ class MicroBatcher(Generic[T, R]):
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if self._closed:
-                raise RuntimeError("MicroBatcher is closed")
+                raise BatcherClosed("MicroBatcher is closed")
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()

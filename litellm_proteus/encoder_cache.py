@@ -4,9 +4,11 @@ persistent SQLite store per encoder fingerprint (``cache_dir``).  Both are keyed
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -50,37 +52,63 @@ class MemoryLRU:
 
 
 
+logger = logging.getLogger("litellm_proteus.encoder_cache")
+BUSY_TIMEOUT_S = 0.1  # how long a read or write waits on another process's lock before it skips the cache
+WARN_EVERY_S = 60.0
+
+
 class EmbeddingCache:
-    """Persistent text -> embedding store for one encoder fingerprint (one SQLite file)."""
+    """Persistent text -> embedding store for one encoder fingerprint (one SQLite file, in WAL mode so
+    that readers never wait on a writer).  Proxy workers and training runs share the file; the cache
+    is only an optimisation, so a lookup or a write that meets a lock held past ``BUSY_TIMEOUT_S``
+    (or any SQLite error) is skipped, with a rate-limited warning: the texts are encoded instead, and
+    no decision waits on another process."""
 
     def __init__(self, directory: str | os.PathLike, fingerprint: str):
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
         self.path = path / f"embeddings-{name}.sqlite"
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db = sqlite3.connect(self.path, check_same_thread=False)  # set-up waits as long as SQLite's default
+        self._warned_at = -WARN_EVERY_S
+        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, vec BLOB)")
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT)")
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('fingerprint', ?)", (fingerprint,))
         self._db.commit()
+        self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     def get_many(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
         found: dict[str, np.ndarray] = {}
-        for start in range(0, len(keys), 500):
-            chunk = list(keys[start : start + 500])
-            rows = self._db.execute(
-                f"SELECT key, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})", chunk
-            ).fetchall()
-            for key, blob in rows:
-                found[key] = np.frombuffer(blob, dtype=np.float32)
+        try:
+            for start in range(0, len(keys), 500):
+                chunk = list(keys[start : start + 500])
+                rows = self._db.execute(
+                    f"SELECT key, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                ).fetchall()
+                for key, blob in rows:
+                    found[key] = np.frombuffer(blob, dtype=np.float32)
+        except sqlite3.Error as exc:
+            self._skipped("read", exc)
         return found
 
     def put_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO emb VALUES (?, ?)",
-            ((k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items),
-        )
-        self._db.commit()
+        try:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO emb VALUES (?, ?)",
+                ((k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items),
+            )
+            self._db.commit()
+        except sqlite3.Error as exc:
+            self._db.rollback()
+            self._skipped("write", exc)
+
+    def _skipped(self, what: str, exc: sqlite3.Error) -> None:
+        now = time.monotonic()
+        if now - self._warned_at >= WARN_EVERY_S:
+            self._warned_at = now
+            logger.warning("PROTEUS: embedding cache %s skipped (%s: %s); the texts are encoded instead", what,
+                           self.path, exc)
 
     def close(self) -> None:
         self._db.close()

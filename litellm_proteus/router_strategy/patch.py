@@ -70,6 +70,7 @@ REQUIRED_ROUTER_API: dict[str, tuple[str, ...]] = {
         "input",
         "request_kwargs",
     ),
+    "_async_override_selector_pre_call_check": ("strategy", "selector", "deployment", "parent_otel_span"),
     "get_model_from_alias": ("model",),
     "_normalize_strategy": ("strategy",),
 }

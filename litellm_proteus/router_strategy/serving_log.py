@@ -226,8 +226,8 @@ def on_feedback(strategy: Any, decision: dict, score: float) -> None:
 def _decision_metadata(kwargs: dict) -> dict | None:
     from .strategy import DECISION_METADATA_KEY
 
-    params = kwargs.get("litellm_params") or {}
-    for holder in (params, kwargs):
+    params = kwargs.get("litellm_params")  # a client may send any value under this key
+    for holder in (params if isinstance(params, dict) else {}, kwargs):
         for key in METADATA_KEYS:
             metadata = holder.get(key)
             if isinstance(metadata, dict) and isinstance(metadata.get(DECISION_METADATA_KEY), dict):

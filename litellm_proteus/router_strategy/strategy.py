@@ -36,7 +36,7 @@ from .. import compliance, compliance_metrics, tiers
 from ..compliance import Control, StateKeys, shared_controller, state_key_for
 from ..costs import deployment_id
 from ..decision_log import chosen_p, uncorrected_p
-from ..batcher import MicroBatcher
+from ..batcher import BatcherClosed, MicroBatcher
 from ..model_thread import run_on_model_thread
 from ..config import STRATEGY_NAME, ProteusConfig
 from ..engine import DecisionEngine, DecisionRequest, TauResolution, exclude_failed, resolve_tau
@@ -91,11 +91,13 @@ def load_predictor(config: ProteusConfig, fingerprint: str = ""):
 
 
 def shared_batcher(engine: DecisionEngine, config: ProteusConfig) -> MicroBatcher:
-    """One worker thread per predictor and batching policy.  ``DecisionEngine.decide`` depends only
-    on the predictor (prices travel with each request), so engines of rebuilt routers can share it;
-    the model thread runs one decision at a time, so two policies never run a predictor concurrently."""
+    """One worker thread per predictor, decision settings and batching policy.  ``DecisionEngine.decide``
+    depends on the predictor and on the engine's token counter and rule price limit (prices travel
+    with each request), so engines of rebuilt routers that agree on those share it; the model thread
+    runs one decision at a time, so two policies never run a predictor concurrently."""
     predictor = engine.predictor
-    key = (id(predictor), config.batching.max_batch, config.batching.max_wait_ms)
+    key = (id(predictor), engine.token_counter_name, repr(config.rule_price_limit), config.batching.max_batch,
+           config.batching.max_wait_ms)
     with _shared_lock:
         if key not in _batchers:
 
@@ -372,7 +374,19 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         )
         if deployment is None:
             raise await async_raise_no_deployment_exception(litellm_router_instance=router, model=model, parent_otel_span=span)
+        # as LiteLLM's own pick does: a per-request strategy's limits (rpm) are checked and counted here
+        await router._async_override_selector_pre_call_check(strategy, selector, deployment, span)
         return deployment
+
+    async def _decide(self, request: DecisionRequest) -> Any:
+        """The decision, batched.  A settings change may release this strategy's batcher while the
+        pick awaits its tier or state: the pick then decides alone with its own engine, whose slots
+        its candidates were scored for."""
+        try:
+            return await self.batcher.submit(request)
+        except BatcherClosed:
+            decided = await asyncio.to_thread(run_on_model_thread, self.engine.decide, [request])
+            return decided[0]
 
     async def _proteus_pick(self, model, healthy, request: ProteusRequest, request_kwargs, span):
         start = time.perf_counter()
@@ -400,7 +414,7 @@ class ProteusRoutingStrategy(CustomRoutingStrategyBase):
         tier = await self._tier(request)
         resolution = resolve_tau(self.config, request.tau, tier)
         control = await self._off_loop(self._control, resolution)
-        routed = await self.batcher.submit(
+        routed = await self._decide(
             DecisionRequest(
                 request.text, request.messages, resolution.tau, scored, control.delta,
                 self.config.exploration.rate_for(resolution.tier), p_offsets,

@@ -182,3 +182,27 @@ def test_a_widened_static_table_gives_the_same_vectors():
     encoder.widen_table()
     assert encoder.static_table.dtype == np.float32
     np.testing.assert_array_equal(encoder.encode(texts), narrow)
+
+
+def test_a_cache_locked_by_another_process_is_skipped_not_waited_on(tmp_path, caplog):
+    """Proxy workers and training runs share the SQLite file: while another connection holds its
+    write lock, reads still answer (WAL) and a write is skipped with a warning, never raised."""
+    import logging
+    import sqlite3
+
+    cache = EmbeddingCache(tmp_path, "enc|max_tokens=32")
+    vec = np.ones(4, dtype=np.float32)
+    cache.put_many([("a", vec)])
+    other = sqlite3.connect(cache.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process writing
+    try:
+        assert np.array_equal(cache.get_many(["a"])["a"], vec)
+        with caplog.at_level(logging.WARNING, logger="litellm_proteus.encoder_cache"):
+            cache.put_many([("b", vec)])
+        assert "embedding cache write skipped" in caplog.text and "locked" in caplog.text
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert "b" not in cache.get_many(["b"])
+    cache.put_many([("b", vec)])  # the lock gone, writes go on
+    assert set(cache.get_many(["a", "b"])) == {"a", "b"}

@@ -56,8 +56,8 @@ def make_router(artifact, prices=None, *, redis=None, allow_direct_deployments=F
     if redis is not None:
         args["redis"] = redis
     kwargs.setdefault("disable_cooldowns", True)  # retries must avoid the failed deployment on their own
-    return Router(model_list=model_list(prices), routing_strategy="proteus", routing_strategy_args=args,
-                  num_retries=2, **kwargs)
+    kwargs.setdefault("num_retries", 2)
+    return Router(model_list=model_list(prices), routing_strategy="proteus", routing_strategy_args=args, **kwargs)
 
 
 def completion_body(text: str) -> dict:
@@ -370,3 +370,85 @@ def test_each_new_set_of_unscorable_deployments_is_named_at_once(steerable_artif
         asyncio.run(ask(router, tau=0.8))
     said = [r.getMessage() for r in caplog.records if "cannot score" in r.getMessage()]
     assert len(said) == 2 and "typo-2" in said[1]
+
+
+def test_a_pick_whose_batcher_a_settings_change_released_still_decides(steerable_artifact, upstream):
+    """A settings change closes the batcher of the strategy it replaces; a pick of that strategy still
+    awaiting its tier then decides alone with its own engine, and the request is answered."""
+    import copy
+
+    router = make_router(steerable_artifact, num_retries=0)
+    alone = copy.deepcopy(router.routing_strategy_args)
+    alone["batching"]["max_batch"] = 7  # a batcher no other router of this module shares: the change closes it
+    router.update_settings(routing_strategy_args=alone)
+    old = router.proteus_strategy
+    looked_up = old._tier
+
+    async def slow_tier(request):
+        await asyncio.sleep(0.3)
+        return await looked_up(request)
+
+    old._tier = slow_tier
+
+    async def main():
+        pending = asyncio.create_task(ask(router, tau=0.7))
+        await asyncio.sleep(0.05)
+        changed = copy.deepcopy(router.routing_strategy_args)
+        changed["batching"]["max_batch"] = 13
+        router.update_settings(routing_strategy_args=changed)
+        assert router.proteus_strategy is not old
+        with pytest.raises(RuntimeError, match="closed"):
+            old.batcher.submit_future(None)
+        return await pending
+
+    text, decision, _ = asyncio.run(main())
+    assert decision is not None and decision.model == "mistralai/mixtral-8x7b-chat" and text
+
+
+def test_engines_that_count_tokens_or_limit_rule_prices_otherwise_use_their_own_batcher(steerable_artifact):
+    """The batcher decides with the engine that created it: a settings change of the token counter or
+    the rule price limit must not route with the old engine's."""
+    import copy
+
+    router = make_router(steerable_artifact)
+    first = router.proteus_strategy.batcher
+    for change in ({"prompt_tokens": "litellm"}, {"rule_price_limit": 3.0}):
+        args = {**copy.deepcopy(router.routing_strategy_args), **change}
+        router.update_settings(routing_strategy_args=args)
+        assert router.proteus_strategy.batcher is not first
+        first = router.proteus_strategy.batcher
+    same = copy.deepcopy(router.routing_strategy_args)
+    same["tiers"]["premium"] = 0.91  # not a decision setting of the engine: the batcher is shared
+    router.update_settings(routing_strategy_args=same)
+    assert router.proteus_strategy.batcher is first
+
+
+def test_a_request_whose_litellm_params_is_not_an_object_is_still_routed(router, upstream):
+    """A client may send any value under ``litellm_params``: reading the decision metadata of a retry
+    must not crash the pick (LiteLLM's own routing ignores it)."""
+    deployment = asyncio.run(router.async_get_available_deployment(
+        model="proteus-auto", messages=QUESTION, request_kwargs={"litellm_params": "x", "litellm_call_id": "c-1",
+                                                                 "metadata": {"tau": 0.7}}))
+    assert deployment["litellm_params"]["model"]
+
+
+def test_a_request_overriding_the_routing_strategy_of_another_group_keeps_its_rate_limit(steerable_artifact):
+    """For a group PROTEUS does not manage, a per-request ``routing_strategy`` selects as LiteLLM's own
+    pick does, its pre-call check included: an rpm limit of 1 refuses the second pick."""
+    router = make_router(steerable_artifact)
+    plain = next(d for d in router.model_list if d["model_name"] == "plain")
+    plain["litellm_params"]["rpm"] = 1
+    router.set_model_list(router.model_list)
+
+    async def picks():
+        out = []
+        for _ in range(3):
+            try:
+                deployment = await router.async_get_available_deployment(
+                    model="plain", messages=QUESTION, request_kwargs={"routing_strategy": "usage-based-routing-v2", "metadata": {}})
+                out.append(deployment["model_info"]["id"])
+            except litellm.RateLimitError:
+                out.append("rate limited")
+        return out
+
+    assert asyncio.run(picks()) == ["plain", "rate limited", "rate limited"]
