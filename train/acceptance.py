@@ -26,6 +26,9 @@ from .evaluation.inputs import artifact_encoder
 from .routing import fill_missing_costs, route_log
 
 
+TAU_STEP_MIN = 1e-4  # every grid tau routes the split twice: a finer grid is hours of routing for no new point
+
+
 def route_split(artifact: str, data_paths: list[str], split: str, taus: np.ndarray, cache_dir: str) -> list[dict]:
     model, manifest = load_artifact(artifact)
     data = assign_splits(load_logs(data_paths), seed=0).part(split).with_models(manifest.models)
@@ -68,13 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--artifact", required=True, help="the artifact under test")
     parser.add_argument("--reference", required=True, help="the full-information artifact to compare costs with")
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
-    parser.add_argument("--tau-step", type=float, default=0.01)
+    parser.add_argument("--tau-step", type=float, default=0.01, help="spacing of the tau grid (default: %(default)s)")
     parser.add_argument("--out", help="JSON file to write")
     parser.add_argument("--equal-accuracy", nargs="+", type=float, metavar="ACC",
                         help="also route both artifacts over every tau (0.5-1.0, step 0.005) and compare the cheapest "
                              "point of each whose measured accuracy reaches each ACC (equal_accuracy in the JSON)")
     parser.add_argument("--cache-dir", default=os.environ.get("PROTEUS_CACHE_DIR", os.path.expanduser("~/.cache/proteus")))
     args = parser.parse_args(argv)
+    if not TAU_STEP_MIN <= args.tau_step <= 1:  # NaN fails too
+        parser.error(f"--tau-step must be a number in [{TAU_STEP_MIN:g}, 1] (the spacing of the tau grid); got {args.tau_step}")
     lo, hi = load_artifact(args.artifact)[1].tau_range
     taus = np.round(np.arange(lo, hi + 1e-9, args.tau_step), 4)
     new = route_split(args.artifact, args.data, args.split, taus, args.cache_dir)

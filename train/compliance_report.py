@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from litellm_proteus.compliance import realised_bounds
-from litellm_proteus.decision_log import LoggedDecision, chosen_deployment_id, chosen_p, iter_records, join_records, uncorrected_p
+from litellm_proteus.decision_log import (LoggedDecision, chosen_deployment_id, chosen_p, iter_records, join_records, log_files,
+                                          uncorrected_p)
+from litellm_proteus.request import short_repr
 
 DELTA_SEGMENTS = 4
 
@@ -53,21 +55,22 @@ class StateCompliance:
     labels: int
     realised_accuracy: float | None
     realised_ci95: tuple[float, float] | None
-    cost_per_1k_usd: float
+    cost_per_1k_usd: float | None  # over the requests whose cost is known (None: no such request)
     delta_over_time: list[float]  # mean delta per quarter of the state's requests, in time order
 
 
-def request_cost(row: LoggedDecision) -> float:
+def request_cost(row: LoggedDecision) -> float | None:
     """What the call's PROTEUS pick was billed: LiteLLM's ``response_cost`` where its outcome has one;
-    else 0 for a failed pick (an error answer is not billed) and the routing estimate for the rest.
-    A fallback group's answer is not PROTEUS's pick and is not in its log."""
+    else 0 for a failed pick (an error answer is not billed) and the routing estimate for the rest
+    (None where the decision logged none: unknown, as the trainer reads it).  A fallback group's
+    answer is not PROTEUS's pick and is not in its log."""
     cost = (row.outcome or {}).get("response_cost")
     if isinstance(cost, (int, float)):
         return float(cost)
     if row.failed:
         return 0.0
     decision = row.decision
-    return float(decision["candidates"][decision["chosen"]]["cost_usd"])
+    return decision["candidates"][decision["chosen"]]["cost_usd"]
 
 
 def target_tau(row: LoggedDecision) -> float:
@@ -83,11 +86,12 @@ def target_tau(row: LoggedDecision) -> float:
 
 def state_compliance(state_key: str, rows: list[LoggedDecision]) -> StateCompliance:
     scores = [row.label for row in rows if row.label is not None]
+    costs = [cost for cost in map(request_cost, rows) if cost is not None]
     n = len(rows)
     segments = [rows[i * n // DELTA_SEGMENTS : (i + 1) * n // DELTA_SEGMENTS] for i in range(DELTA_SEGMENTS)]
     return StateCompliance(
         state_key=state_key,
-        tier=str(rows[-1].decision["tier"]),
+        tier=str(rows[-1].decision.get("tier") or ""),
         requests=n,
         failed=sum(r.failed for r in rows),
         tau=sum(target_tau(r) for r in rows) / n,
@@ -95,7 +99,7 @@ def state_compliance(state_key: str, rows: list[LoggedDecision]) -> StateComplia
         labels=len(scores),
         realised_accuracy=sum(scores) / len(scores) if scores else None,
         realised_ci95=wilson_interval(sum(scores), len(scores)) if scores else None,
-        cost_per_1k_usd=1000.0 * sum(request_cost(r) for r in rows) / n,
+        cost_per_1k_usd=1000.0 * sum(costs) / len(costs) if costs else None,
         delta_over_time=[sum(float(r.decision.get("delta") or 0.0) for r in s) / len(s) for s in segments if s],
     )
 
@@ -169,9 +173,10 @@ def format_report(report: list[StateCompliance]) -> str:
             else "-"
         )
         deltas = " ".join(f"{d:+.3f}" for d in t.delta_over_time)
+        cost = "-" if t.cost_per_1k_usd is None else f"{t.cost_per_1k_usd:.4f}"
         lines.append(
             f"{t.state_key:<24} {t.requests:>8} {t.failed:>6} {t.tau:>6.3f} {t.predicted_accuracy:>9.3f} {t.labels:>6} {realised:>24} "
-            f"{t.cost_per_1k_usd:>10.4f}  {deltas}"
+            f"{cost:>10}  {deltas}"
         )
     return "\n".join(lines)
 
@@ -233,6 +238,103 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the report as JSON")
 
 
+def figure_formats() -> list[str]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return sorted(FigureCanvasAgg.get_supported_filetypes())
+
+
+def number(record: dict, field: str, allowed: str, low: float = -math.inf, high: float = math.inf,
+           name: str | None = None) -> float:
+    """A record's numeric field by the trainer's rule (``train/data/decision_log.py: _number``): a
+    number or numeric text, never a bool; here also finite and in [low, high].  ``name``: the field
+    as the error names it (default ``field``)."""
+    value = record.get(field)
+    try:
+        if isinstance(value, bool):
+            raise TypeError(value)
+        parsed = float(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer past float's range
+        parsed = math.nan
+    if not (math.isfinite(parsed) and low <= parsed <= high):
+        raise ValueError(f"field {name or field!r} must be {allowed}; got {short_repr(value) if field in record else 'nothing'}")
+    return parsed
+
+
+def checked_decision(record: dict) -> dict:
+    """The decision fields this report reads, converted (numbers from text as the trainer takes them)."""
+    candidates = record.get("candidates")
+    if not isinstance(candidates, list) or not candidates:
+        raise ValueError(f"field 'candidates' must be a non-empty list of {{deployment_id, model, cost_usd, p}}; got "
+                         f"{short_repr(candidates) if 'candidates' in record else 'nothing'}")
+    chosen = record.get("chosen")
+    integral = isinstance(chosen, int) or (isinstance(chosen, float) and chosen.is_integer())
+    if isinstance(chosen, bool) or not integral or not 0 <= int(chosen) < len(candidates):
+        raise ValueError(f"field 'chosen' must be an index into candidates (0..{len(candidates) - 1}); got {short_repr(chosen)}")
+    checked = []
+    for j, cand in enumerate(candidates):
+        field = f"candidates[{j}]"
+        if not isinstance(cand, dict):
+            raise ValueError(f"field {field!r} must be an object {{deployment_id, model, cost_usd, p}}; got {short_repr(cand)}")
+        if cand.get("model") is None:
+            raise ValueError(f"field '{field}.model' is missing")
+        cost = None if cand.get("cost_usd") is None else number(
+            cand, "cost_usd", "a number >= 0 (USD per call) or null for unknown", low=0.0, name=f"{field}.cost_usd")
+        checked.append({**cand, "cost_usd": cost,
+                        "p": number(cand, "p", "a number in [0, 1] (the calibrated p)", 0.0, 1.0, name=f"{field}.p"),
+                        "p_correction": number({"p_correction": 0.0, **cand}, "p_correction", "a finite number",
+                                               name=f"{field}.p_correction")})
+    out = {**record, "candidates": checked, "chosen": int(chosen)}
+    if not (record.get("state_key") or record.get("tier")):  # the row the request is reported in
+        raise ValueError("fields 'state_key' and 'tier' are both missing or empty; a decision needs one of them")
+    if record.get("delta") is not None:
+        out["delta"] = number(record, "delta", "a finite number (the controller's offset) or null")
+    if not any(isinstance(record.get(f), (int, float)) and not isinstance(record.get(f), bool) for f in ("tau_served", "tau")):
+        out["tau_effective"] = number(record, "tau_effective", "a number in [0, 1] where 'tau' is missing", 0.0, 1.0)
+    return out
+
+
+def checked_record(record: dict) -> dict:
+    if record["type"] == "decision":
+        return checked_decision(record)
+    if record["type"] == "feedback":
+        return {**record, "score": number(record, "score", "a number in [0, 1]", 0.0, 1.0)}
+    if record.get("response_cost") is not None:
+        return {**record, "response_cost": number(record, "response_cost", "a number >= 0 (USD) or null for unknown", low=0.0)}
+    return record
+
+
+def record_line(directory: str, index: int) -> str:
+    """``file:line`` of the ``index``-th record ``iter_records`` yields: the lines it reads (a file's last
+    line without its newline that does not parse, cut off by a writer, is none)."""
+    for path in log_files(directory):
+        with open(path, "rb") as handle:
+            for lineno, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                if not raw.endswith(b"\n"):
+                    try:
+                        json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+                    except ValueError:
+                        break
+                if index == 0:
+                    return f"{path}:{lineno}"
+                index -= 1
+    return str(directory)
+
+
+def read_records(directory: str) -> list[dict]:
+    """The log's records, each field the report reads checked as the trainer checks it; a bad one is an
+    error naming its file:line, call and field."""
+    records = []
+    for index, record in enumerate(iter_records(directory)):
+        try:
+            records.append(checked_record(record))
+        except ValueError as exc:
+            raise ValueError(f"{record_line(directory, index)}: call_id {record['call_id']!r}: {exc}") from None
+    return records
+
+
 def writable_file(flag: str, path: str) -> None:
     """Refuse, before any work, an output path that is a folder or whose folder does not exist."""
     target = Path(path)
@@ -248,7 +350,11 @@ def run(args: argparse.Namespace) -> int:
     for flag, path in (("--png", args.png), ("--json", args.json)):
         if path:
             writable_file(flag, path)
-    records = list(iter_records(args.log))
+    suffix = Path(args.png).suffix[1:].lower()
+    if suffix and suffix not in figure_formats():  # no suffix: plot() writes a .png
+        raise ValueError(f"--png {args.png}: matplotlib writes no {suffix!r} figures; end the name in one of "
+                         f"{', '.join(figure_formats())}")
+    records = read_records(args.log)
     rows = join_records(records)
     if not rows:
         raise ValueError(f"{args.log}: no decision records (is it a decision_log.dir?)")
@@ -258,9 +364,9 @@ def run(args: argparse.Namespace) -> int:
     print(format_report(report))
     print()
     print(format_deployments(deployments))
-    print(f"figure: {plot(states, args.window, Path(args.png))}")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"states": [asdict(t) for t in report], "deployments": [asdict(d) for d in deployments]}, indent=2
         ))
+    print(f"figure: {plot(states, args.window, Path(args.png))}")
     return 0

@@ -66,7 +66,9 @@ class TrainConfig:
     use_lambda: bool = option(
         True, "ablation --no-lambda: no Lagrangian dual (lambda fixed at 0, not seen by the policy)", flag="--no-lambda"
     )
-    selection_temperature: float = option(0.05, "T of the softmax(eq. 2 / T) model choice in the expected reward")
+    selection_temperature: float = option(
+        0.05, "T of the softmax(eq. 2 / T) model choice in the expected reward (1e-4 to 10)"
+    )
     # -- performance head (supervised, masked BCE) -------------------------------------------
     perf_epochs: int = option(80, "max epochs of the performance head (early stopping on validation)")
     perf_lr: float = option(1e-3, "learning rate of projection + performance head")
@@ -107,9 +109,9 @@ class TrainConfig:
     # -- Lagrangian dual --------------------------------------------------------------------
     dual_lr: float = option(0.4, "eta_lambda, the dual step size (paper: 0.4)")
     dual_every: int = option(5, "batches between dual updates (paper: 5)")
-    lambda_init: float = option(5.0, "initial dual variable of every tau bin")
+    lambda_init: float = option(5.0, "initial dual variable of every tau bin (at most --lambda-max)")
     lambda_bins: int = option(5, "dual variables, one per tau bin (1 = the paper's single multiplier)")
-    lambda_max: float = option(20.0, "cap of each dual variable (stability)")
+    lambda_max: float = option(20.0, "cap of each dual variable (stability; at most 1e4)")
     # -- tau range --------------------------------------------------------------------------
     tau_range: tuple[float, float] | None = option(
         None, "tau training range LO HI (default: derived from train/val data)", flag="--tau-range"
@@ -123,7 +125,7 @@ class TrainConfig:
         flag="--no-calibration",
     )
     calibration_margin: float = option(0.005, "least margin validation accuracy must clear the requested tau by")
-    calibration_step: float = option(0.0025, "step of the policy-tau grid and of the calibration table")
+    calibration_step: float = option(0.0025, "step of the policy-tau grid and of the calibration table (at most 0.05)")
     calibration_extrapolate: float = option(
         0.6, "policy taus up to this fraction of the training range past its top are calibration candidates"
     )
@@ -186,6 +188,13 @@ class TrainConfig:
                 positive = f.name in _FLOAT_POSITIVE
                 if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
                     problems.append(f"{flag} must be a number {'> 0' if positive else '>= 0'}; got {value}")
+                elif f.name in _FLOAT_BOUNDS and not _FLOAT_BOUNDS[f.name][0] <= value <= _FLOAT_BOUNDS[f.name][1]:
+                    low, high = _FLOAT_BOUNDS[f.name]
+                    problems.append(f"{flag} must be a number in {'(' if positive and low == 0 else '['}{low:g}, {high:g}]; "
+                                    f"got {value}")
+        if (all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (self.lambda_init, self.lambda_max))
+                and self.lambda_init > self.lambda_max):  # the dual update caps every multiplier at --lambda-max
+            problems.append(f"--lambda-init must be <= --lambda-max ({self.lambda_max:g}); got {self.lambda_init}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed <= SEED_MAX:
             problems.append(f"--seed must be an integer from 0 to {SEED_MAX} (2**32 - 1); got {self.seed!r}")
         if self.tau_range is not None:
@@ -210,5 +219,11 @@ _INT_AT_LEAST = {"max_tokens": 8, "oof_folds": 2, "boost_steps": 0, "finetune_ep
 PROPENSITY_WEIGHTINGS = ("dr", "ips", "none")
 
 
+# Inclusive bounds past the sign rule.  calibration_step: the policy-tau grid over the tau range and the
+# tau table's spacing (default 0.0025); a coarser grid leaves a range too few taus to calibrate on.
+# selection_temperature: PPO divides eq. 2's scores (a few units at most) by it in float32, in the
+# softmax and its gradient: a smaller T overflows to NaN, a larger one chooses models at random.
+# lambda_max (lambda_init below it): the multiplier scales every reward and the critic's squared error.
+_FLOAT_BOUNDS = {"calibration_step": (0.0, 0.05), "selection_temperature": (1e-4, 10.0), "lambda_max": (0.0, 1e4)}
 _FLOAT_POSITIVE = {"encoder_lr", "perf_lr", "lr", "scoring_lr", "max_grad_norm", "clip_eps", "selection_temperature",
                    "lambda_max", "tau_below_best", "calibration_step", "fixed_gamma", "propensity_clip"}

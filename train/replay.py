@@ -66,6 +66,10 @@ def task_pools(
         raise ValueError(f"replay needs at least 2 tasks in the test split to shift the mix; found {names}")
     difficulty = {t: float(np.nanmean(scores_known[known == t])) if (known == t).any() else math.nan for t in names}
     ordered = sorted((t for t in names if math.isfinite(difficulty[t])), key=difficulty.__getitem__)
+    if not ordered:  # difficulty is measured on train/val rows only: no test task has any to rank it by
+        raise ValueError(f"replay ranks the test tasks by their outcomes on the train/validation rows, but none of the "
+                         f"test tasks {names} appears there (train/validation tasks: {sorted(set(tasks_known))}): "
+                         f"the hardest and easiest pools would be empty")
 
     def pool(order: list[str]) -> tuple[np.ndarray, list[str]]:
         chosen: list[str] = []
@@ -179,7 +183,8 @@ def replay_stream(
     p_ref = predictor.taus.reference_p(predictor.taus.effective(tau)[0], predictor.mix_operating_points)
     for start in range(0, n, step):
         if controller is not None:
-            while delivered < n and delivered + label_delay <= start:
+            # only requests already decided (< start) have an outcome to report, even at --label-delay 0
+            while delivered < start and delivered + label_delay <= start:
                 if labelled[delivered]:
                     controller.record_feedback(key, tau, out.p_chosen[delivered], out.correct[delivered])
                     residual = out.correct[delivered] - out.p_chosen[delivered]

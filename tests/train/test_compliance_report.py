@@ -149,7 +149,7 @@ def test_shadow_rows_and_judge_feedback_beside_the_decisions(tmp_path, capsys):
 
     write_log(tmp_path / "log")
     row = shadow_row(call_id="c6", prompt="q6", tier="premium", tau=0.85, models=["cheap", "strong"],
-                     scores={"cheap": 0.0, "strong": 1.0}, costs={"cheap": 0.001, "strong": 0.01}, served="strong", ts=300.0)
+                     scores={"cheap": 0.0, "strong": 1.0}, costs={"cheap": 0.001, "strong": 0.01}, served="strong", call_share=1.0, ts=300.0)
     (tmp_path / "log" / "shadow-20260101T000000-1-0.jsonl").write_text(json.dumps(row) + "\n")
     (tmp_path / "log" / "decisions-20260101T000001-1-judge.jsonl").write_text(
         json.dumps(feedback_record("c6", 1.0, "judge", ts=300.0)) + "\n")
@@ -193,3 +193,78 @@ def test_an_output_path_that_cannot_be_written_is_refused_before_any_output(tmp_
         err = capsys.readouterr().err
         assert f"error: {flag} {path}: " in err and why in err
         assert not png.exists()  # nothing written before the refusal
+
+
+def write_records(directory, records) -> None:
+    directory.mkdir()
+    (directory / "decisions-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def decision(call_id, cost=0.01, **fields):
+    record = decision_record(
+        call_id=call_id, key_hash=None, tier="premium", tau_source="default", state_key="tier:premium", tau=0.85,
+        tau_requested=None, tau_effective=0.85, delta=0.0, mu=0.5, model_group="g",
+        candidates=[LoggedCandidate("b", 0, "strong", cost, 0.9)], chosen=0, propensity=1.0, prompt=call_id,
+        artifact="", log_prompt=False, ts=100.0)
+    return {**record, **fields}
+
+
+def test_an_unknown_cost_is_left_out_of_the_cost_and_a_numeric_text_score_counts_as_the_trainer_reads_it(tmp_path):
+    write_records(tmp_path / "log", [decision("c0", cost=None), decision("c1", cost=0.01),
+                                     {**feedback_record("c0", 1.0, "api", ts=200.0), "score": "0.5"}])
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
+    assert proteus_cli(argv) == 0
+    [premium] = json.loads((tmp_path / "c.json").read_text())["states"]
+    assert premium["cost_per_1k_usd"] == pytest.approx(10.0)  # c1's alone: c0's cost is unknown, not 0
+    assert (premium["labels"], premium["realised_accuracy"]) == (1, pytest.approx(0.5))
+
+
+def test_a_state_whose_costs_are_all_unknown_shows_no_cost(tmp_path, capsys):
+    write_records(tmp_path / "log", [decision("c0", cost=None)])
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
+    assert proteus_cli(argv) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["states"][0]["cost_per_1k_usd"] is None
+    assert capsys.readouterr().out.splitlines()[1].split()[7] == "-"
+
+
+def _without(record, *fields):
+    return {k: v for k, v in record.items() if k not in fields}
+
+
+@pytest.mark.parametrize("bad, line, message", [
+    (_without(decision("c1"), "tier", "state_key"), 2,
+     "call_id 'c1': fields 'state_key' and 'tier' are both missing or empty; a decision needs one of them"),
+    (_without(decision("c1"), "candidates"), 2,
+     "call_id 'c1': field 'candidates' must be a non-empty list of {deployment_id, model, cost_usd, p}; got nothing"),
+    (decision("c1", chosen=5), 2, "call_id 'c1': field 'chosen' must be an index into candidates (0..0); got 5"),
+    (decision("c1", cost=10**400), 2,
+     "call_id 'c1': field 'candidates[0].cost_usd' must be a number >= 0 (USD per call) or null for unknown; got 1000"),
+    (decision("c1", delta="x"), 2, "call_id 'c1': field 'delta' must be a finite number (the controller's offset) or null; got 'x'"),
+    ({**feedback_record("c0", 1.0, "api", ts=200.0), "score": 10**400}, 2,
+     "call_id 'c0': field 'score' must be a number in [0, 1]; got 1000"),
+    ({**feedback_record("c0", 1.0, "api", ts=200.0), "score": True}, 2, "call_id 'c0': field 'score' must be a number in [0, 1]; got True"),
+])
+def test_a_record_the_report_cannot_read_is_an_error_naming_its_line_and_field(tmp_path, capsys, bad, line, message):
+    write_records(tmp_path / "log", [decision("c0"), bad])
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--json", str(tmp_path / "c.json"), "--png", str(tmp_path / "c.png")]
+    assert proteus_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {tmp_path / 'log' / 'decisions-20260101T000000-1-0.jsonl'}:{line}: {message}" in err
+    assert "Traceback" not in err and not (tmp_path / "c.png").exists() and not (tmp_path / "c.json").exists()
+
+
+def test_the_line_named_skips_blank_lines_as_the_reader_does(tmp_path, capsys):
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "decisions-20260101T000000-1-0.jsonl").write_text(
+        json.dumps(decision("c0")) + "\n\n" + json.dumps(decision("c1", chosen=-1)) + "\n")
+    assert proteus_cli(["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "c.png")]) == 2
+    assert "decisions-20260101T000000-1-0.jsonl:3: call_id 'c1': field 'chosen'" in capsys.readouterr().err
+
+
+def test_a_figure_format_matplotlib_cannot_write_is_refused_before_any_work(tmp_path, capsys):
+    write_log(tmp_path / "log")
+    argv = ["compliance", "--log", str(tmp_path / "log"), "--png", str(tmp_path / "c.txt"), "--json", str(tmp_path / "c.json")]
+    assert proteus_cli(argv) == 2
+    captured = capsys.readouterr()
+    assert f"error: --png {tmp_path / 'c.txt'}: matplotlib writes no 'txt' figures; end the name in one of " in captured.err
+    assert "png" in captured.err.split("one of")[1] and captured.out == "" and not (tmp_path / "c.json").exists()

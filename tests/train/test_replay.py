@@ -207,3 +207,38 @@ def test_a_stream_too_long_to_hold_is_refused_naming_the_limit(tmp_path, capsys)
 
     assert main(["replay", "--out", str(tmp_path), "--length", "100000000"]) == 2
     assert "--length (100000000) <= 1000000" in capsys.readouterr().err
+
+
+def test_test_tasks_unseen_in_train_and_val_are_refused_naming_them():
+    with pytest.raises(ValueError, match=r"none of the test tasks \['arc', 'mbpp'\] appears there \(train/validation tasks: \['wino'\]\)"):
+        task_pools(["arc"] * 5 + ["mbpp"] * 5, ["wino"] * 5, np.ones((5, 2)), 1)
+
+
+@pytest.mark.parametrize("label_delay, labels_read", [(0, 12), (1, 12), (3, 10)])
+def test_labels_reach_the_controller_only_for_requests_already_decided(label_delay, labels_read):
+    from types import SimpleNamespace
+
+    class Taus:
+        def effective(self, tau):
+            return tau, None
+
+        def reference_p(self, *_):
+            return 0.8
+
+    class Predictor:  # every request: slot 0 at p 0.9, and its outcome is 1
+        taus, mix_operating_points = Taus(), False
+
+        def decide_embeddings(self, emb, taus, candidates, draws, deltas):
+            return [SimpleNamespace(slot=0, index=0, p=[0.9] * len(c), p_correction=None, tau_effective=t)
+                    for c, t in zip(candidates, taus)]
+
+    n = 16
+    split = Split(np.zeros((n, 4), dtype=np.float32), np.ones((n, 2)), np.ones((n, 2)), np.zeros(n))
+    controller = ComplianceController(ComplianceSettings())
+    labels = []
+    record = controller.record_feedback
+    controller.record_feedback = lambda key, tau, p, correct: (labels.append((float(p), float(correct))),
+                                                               record(key, tau, p, correct))
+    replay_stream(Predictor(), controller, np.arange(n), split, 0.8, "tier", 1.0, label_delay, 4, seed=0)
+    # the last batch starts at request 12: it reads the labels of requests 0 .. min(11, 12 - label_delay)
+    assert labels == [(0.9, 1.0)] * labels_read

@@ -448,3 +448,23 @@ def test_a_run_that_fails_while_writing_leaves_the_artifact_it_replaces_whole(tm
     pipeline.write_artifact(served, model, manifest, DEFAULT_ARTIFACT_DIR / "encoder")  # a whole run replaces it
     assert load_artifact(served)[1].models == manifest.models
     assert sorted(p.name for p in tmp_path.iterdir()) == ["served"]
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--calibration-step", "0.5"], "--calibration-step must be a number in (0, 0.05]; got 0.5"),
+    (["--selection-temperature", "1e-300"], "--selection-temperature must be a number in [0.0001, 10]; got 1e-300"),
+    (["--lambda-init", "1e308"], "--lambda-init must be <= --lambda-max (20); got 1e+308"),
+    (["--lambda-max", "1e308", "--lambda-init", "1e308"], "--lambda-max must be a number in (0, 10000]; got 1e+308"),
+])
+def test_flags_past_what_training_can_compute_are_refused_naming_the_flag(tmp_path, capsys, flags, fragment):
+    status, err = _train_main(tmp_path, capsys, *flags)
+    assert status == 2 and f"error: {fragment}" in err and "Traceback" not in err
+    assert not (tmp_path / "art").exists()
+
+
+def test_the_bounded_training_flags_accept_their_defaults_and_ends():
+    from proteus_train.config import TrainConfig
+
+    TrainConfig()
+    TrainConfig(calibration_step=0.05, selection_temperature=1e-4, lambda_max=1e4, lambda_init=1e4)
+    TrainConfig(selection_temperature=10.0, lambda_init=0.0)

@@ -12,7 +12,8 @@ unit, same price for input and output, except Llama-3.1-405B which is priced sep
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import numbers
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 PricePair = tuple[float, float]
@@ -46,18 +47,27 @@ DEFAULT_PRICES: dict[str, PricePair] = {**SPROUT_PRICES, **ROUTELLM_PRICES}
 
 
 def _pair(model: str, value: Any) -> PricePair:
+    given = value
     if isinstance(value, Mapping):
         missing = [k for k in ("input", "output") if k not in value]
         if missing:
             raise ValueError(f"prices[{model!r}] lacks {missing}; give {{'input': x, 'output': y}} (USD per 1M tokens)")
         value = (value["input"], value["output"])
-    try:
-        pin, pout = (float(v) for v in value)
-    except (TypeError, ValueError):
+    # float() would read a string's characters ('35' -> 3.0, 5.0) and a bool as 1.0 / 0.0: numbers only
+    if (isinstance(value, (str, bytes)) or not isinstance(value, Iterable)
+            or any(isinstance(v, bool) or not isinstance(v, numbers.Real) for v in value)):
+        pair = None
+    else:
+        try:
+            pair = tuple(float(v) for v in value)
+        except OverflowError:  # an integer past float's range: refused below as not finite
+            pair = (math.inf, math.inf)
+    if pair is None or len(pair) != 2:
         raise ValueError(
-            f"prices[{model!r}] = {value!r}; expected (input, output) USD per 1M tokens or "
+            f"prices[{model!r}] = {given!r}; expected (input, output) USD per 1M tokens, two numbers, or "
             "{'input': x, 'output': y}"
-        ) from None
+        )
+    pin, pout = pair
     if not (math.isfinite(pin) and math.isfinite(pout)) or pin < 0 or pout < 0:
         raise ValueError(f"prices[{model!r}] = {value!r}; prices must be finite and >= 0")
     return pin, pout
@@ -91,10 +101,19 @@ def read_price_file(path: str | None) -> dict[str, Any] | None:
 
     import yaml
 
-    text = open(path, encoding="utf-8").read()
-    table = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        table = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:  # ValueError: bad JSON, or not UTF-8
+        mark = getattr(exc, "problem_mark", None)  # YAML's: where the parser stopped
+        why = f"{exc.problem} at line {mark.line + 1} column {mark.column + 1}" if mark is not None else str(exc)
+        raise ValueError(f"{path}: not a {'JSON' if path.endswith('.json') else 'YAML'} price table ({why})") from None
     if not isinstance(table, dict):
         raise ValueError(f"{path}: a price table maps model names to [input, output] USD per 1M tokens")
     for model, value in table.items():
-        _pair(str(model), value)  # validates, naming the model
+        try:
+            _pair(str(model), value)  # validates, naming the model
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
     return table

@@ -85,10 +85,25 @@ def contamination_files(path: Path) -> list[Path]:
 
 
 def _contaminated_prompts(files: list[Path]) -> set[str]:
+    """Every ``eval_prompt`` of ``files``: each non-blank line a JSON object holding one as text."""
     prompts: set[str] = set()
     for file in files:
-        with file.open(encoding="utf-8") as handle:
-            prompts.update(json.loads(line)["eval_prompt"] for line in handle if line.strip())
+        with file.open("rb") as handle:
+            for lineno, raw in enumerate(handle, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+                except ValueError as exc:  # UnicodeDecodeError included
+                    raise ValueError(f"{file}:{lineno}: not a JSON record ({exc}); each line of {CONTAMINATION_FILE} "
+                                     'is {"eval_prompt": "<prompt text>", ...}') from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{file}:{lineno}: expected a JSON object with field 'eval_prompt'; got a JSON "
+                                     f"{type(record).__name__}")
+                if not isinstance(record.get("eval_prompt"), str):
+                    got = repr(record["eval_prompt"])[:80] if "eval_prompt" in record else "nothing"
+                    raise ValueError(f"{file}:{lineno}: field 'eval_prompt' must be the prompt text; got {got}")
+                prompts.add(record["eval_prompt"])
     return prompts
 
 

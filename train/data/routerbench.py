@@ -56,7 +56,8 @@ def model_columns(table: Table) -> list[str]:
 
 
 # Columns of the wide format that are not models (besides '<model>|...' columns).
-METADATA_COLUMNS = {"prompt", "sample_id", "id", "eval_name", "split", "oracle_model_to_route_to", "shadow_of", "tau"}
+METADATA_COLUMNS = {"prompt", "sample_id", "id", "eval_name", "split", "oracle_model_to_route_to", "shadow_of", "tau",
+                    "served", "call_share"}
 
 
 def _looks_like_scores(frame: pd.DataFrame, column: str) -> bool:
@@ -76,6 +77,10 @@ def table_log(table: Table) -> RoutingLog:
     models = model_columns(table)
     scores = np.column_stack([numeric_column(frame, m, path) for m in models])
     check_scores(scores, models, path)
+    for column in (m + COST_SUFFIX for m in models):  # true is no price (a score column may hold booleans)
+        if frame[column].map(lambda v: isinstance(v, (bool, np.bool_))).any():
+            raise ValueError(f"{path}: cost column {column!r} holds true/false; it must be a number >= 0 (USD per "
+                             "call) or empty for unknown")
     costs = np.column_stack([numeric_column(frame, m + COST_SUFFIX, path) for m in models])
     responses = [m + RESPONSE_SUFFIX in frame.columns for m in models]
     output_tokens = None

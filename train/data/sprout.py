@@ -90,6 +90,14 @@ def _field_arrays(table: Table, models: list[str], nested: set[str]) -> dict[str
                     raise ValueError(f"{path}: missing column {column!r} for format {FORMAT!r} (flattened SPROUT needs "
                                      f"'<model>|score', '<model>|num_input_tokens', '<model>|num_output_tokens')")
                 out[name][:, j] = numeric_column(frame, column, path)
+        for name in FIELDS[1:]:  # token counts price the call: a negative one makes a negative cost
+            col = out[name][:, j]
+            bad = ~np.isnan(col) & ~(np.isfinite(col) & (col >= 0))
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                where = f"column {model!r} field {name!r}" if model in nested else f"column {f'{model}|{name}'!r}"
+                raise ValueError(f"{path}: {where}, row {row}: {col[row]:g} is not a token count ({int(bad.sum())} such "
+                                 "row(s)); allowed: a number >= 0, or empty where the model was not run")
     return out
 
 

@@ -75,6 +75,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     """Bad flags are ValueErrors: ``proteus`` prints ``error: ...`` and exits 2."""
+    from ..config import SEED_MAX
+
+    if not 0 <= args.seed <= SEED_MAX:  # the seed reaches numpy and torch, as proteus train's does
+        raise ValueError(f"--seed must be an integer from 0 to {SEED_MAX} (2**32 - 1); got {args.seed}")
     if not 0 < args.tau_step < 1:
         raise ValueError(f"--tau-step must be in (0, 1); got {args.tau_step}")
     if args.headline_tau is not None and not 0 < args.headline_tau <= 1:

@@ -134,6 +134,30 @@ def markdown(summaries: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read {what} ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: {what} must be a JSON object; got a {type(data).__name__}")
+    return data
+
+
+def artifact_manifest(metrics_path: Path, metrics: dict) -> dict:
+    """The manifest of the run's ``artifact``: as written, else (a relative path, written from where
+    ``proteus eval`` ran) relative to the folder of ``metrics.json``."""
+    artifact = metrics.get("artifact")
+    if not isinstance(artifact, str) or not artifact:
+        raise ValueError(f"{metrics_path}: field 'artifact' must be the artifact's folder; got {artifact!r}")
+    tried = [Path(artifact)] if Path(artifact).is_absolute() else [Path(artifact), metrics_path.parent / artifact]
+    for folder in tried:
+        if (folder / "manifest.json").is_file():
+            return read_json(folder / "manifest.json", "the artifact's manifest")
+    raise ValueError(f"{metrics_path}: artifact {artifact!r} not found: no manifest.json in "
+                     f"{' or '.join(repr(str(f)) for f in tried)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m proteus_train.evaluation.compare", description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", help="proteus eval --out directories")
@@ -145,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"error: {path} not found (run proteus eval --out {run} first)", file=sys.stderr)
             return 2
-        metrics = json.loads(path.read_text())
-        manifest = json.loads((Path(metrics["artifact"]) / "manifest.json").read_text())
+        try:
+            metrics = read_json(path, "the run's metrics")
+            manifest = artifact_manifest(path, metrics)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         summaries.append(run_summary(metrics, manifest))
     print(markdown(summaries))
     if args.out:

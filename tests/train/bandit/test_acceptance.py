@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from proteus_train.acceptance import cheapest_reaching, equal_accuracy
 
@@ -15,3 +16,15 @@ def test_each_target_takes_the_cheapest_point_that_reaches_it_whatever_tau_asked
     rows = equal_accuracy(new, ref, np.array([0.80, 0.85, 0.86]))
     assert [r["cost_ratio"] for r in rows] == [1.5, None, None]
     assert rows[1] == {"accuracy": 0.85, "new_cost_usd": 4.0, "reference_cost_usd": None, "cost_ratio": None}
+
+
+def test_a_tau_step_that_leaves_no_grid_is_an_error_naming_the_flag_before_any_work(capsys, monkeypatch):
+    import proteus_train.acceptance as acceptance
+
+    monkeypatch.setattr(acceptance, "load_artifact", lambda *_: pytest.fail("loaded an artifact before checking --tau-step"))
+    for step in ("0", "-0.01", "1e-9", "nan"):
+        with pytest.raises(SystemExit) as exit_:
+            acceptance.main(["--data", "d.csv", "--artifact", "a", "--reference", "r", "--tau-step", step])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"error: --tau-step must be a number in [0.0001, 1] (the spacing of the tau grid); got {float(step)}" in err

@@ -79,3 +79,17 @@ def test_recorded_paths_reproduce_the_log(evals_dir):
     with pytest.warns(RoutingLogWarning, match="skipped 1 contaminated prompts"):
         again = load_logs(log.paths)  # as the evaluator does with manifest.data.paths
     assert again.content_hash() == log.content_hash() and again.sha256 == log.sha256
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"train_prompt": "t"}', "field 'eval_prompt' must be the prompt text; got nothing"),
+    ('{"eval_prompt": 3}', "field 'eval_prompt' must be the prompt text; got 3"),
+    ('["Q2"]', "expected a JSON object with field 'eval_prompt'; got a JSON list"),
+    ('{"eval_prompt": "Q2"', "not a JSON record ("),
+])
+def test_a_bad_contaminated_prompts_line_is_an_error_naming_its_file_line_and_field(evals_dir, line, message):
+    listed = evals_dir / "mmlu" / "contaminated_prompts.jsonl"
+    listed.write_text(listed.read_text() + "\n" + line + "\n")  # line 3, after a blank one
+    with pytest.raises(ValueError) as refused:
+        load_logs([evals_dir / "mmlu" / "responses"], skip_contaminated=True)
+    assert str(refused.value).startswith(f"{listed}:3: {message}")

@@ -89,3 +89,18 @@ def test_struct_without_token_field(tmp_path):
     frame[MODELS[0]] = [{"score": 1.0} for _ in range(len(frame))]
     with pytest.raises(ValueError, match=r"column 'openai-gpt-4o-mini' has no 'num_input_tokens' field"):
         load_logs([write_frame(frame, tmp_path / "s.jsonl")])
+
+
+def test_a_negative_token_count_is_refused_naming_the_file_row_and_column(tmp_path):
+    nested = nested_frame("train")
+    nested.at[2, MODELS[0]] = {**nested.at[2, MODELS[0]], "num_input_tokens": -30}
+    path = write_frame(nested, tmp_path / "n" / "s_train.jsonl")
+    with pytest.raises(ValueError) as refused:
+        load_logs([path])
+    assert str(refused.value) == (f"{path}: column {MODELS[0]!r} field 'num_input_tokens', row 2: -30 is not a token count "
+                                  "(1 such row(s)); allowed: a number >= 0, or empty where the model was not run")
+    flat = flat_frame(nested_frame("train"))
+    flat.loc[0, f"{MODELS[1]}|num_output_tokens"] = -1
+    path = write_frame(flat, tmp_path / "f" / "s_train.csv")
+    with pytest.raises(ValueError, match=rf"s_train.csv: column '{MODELS[1]}\|num_output_tokens', row 0: -1 is not a token count"):
+        load_logs([path])

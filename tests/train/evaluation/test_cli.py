@@ -148,3 +148,13 @@ def test_a_report_is_named_after_its_data_not_after_its_first_split_file(tmp_pat
     assert dataset_name(manifest, [str(splits[2])]) == "test"  # one file: its stem
     assert dataset_name(manifest, [str(splits[0]), str(other)]) == "train+mmlu"
     assert dataset_name(manifest, []) == "routerbench"  # the artifact's own data
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_a_seed_numpy_and_torch_cannot_take_is_an_error_naming_the_flag_before_any_work(tmp_path, capsys, monkeypatch, seed):
+    import proteus_train.evaluation.inputs as inputs
+
+    monkeypatch.setattr(inputs, "load_inputs", lambda *a, **k: pytest.fail("loaded the data before checking --seed"))
+    assert main(["eval", "--out", str(tmp_path / "o"), "--seed", seed, "--quiet"]) == 2
+    assert f"error: --seed must be an integer from 0 to 4294967295 (2**32 - 1); got {seed}" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

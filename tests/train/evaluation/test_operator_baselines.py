@@ -85,3 +85,28 @@ def test_compare_cli_names_a_missing_run(tmp_path, capsys):
 
     assert main([str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_compare_reads_a_relative_artifact_beside_its_metrics_from_any_folder(tmp_path, monkeypatch, capsys):
+    import json
+
+    import proteus_train.evaluation.compare as compare
+
+    run = tmp_path / "runs" / "eval"
+    (run / "art").mkdir(parents=True)
+    (run / "art" / "manifest.json").write_text(json.dumps({"tau_range": [0.6, 0.9]}))
+    (run / "metrics.json").write_text(json.dumps({"artifact": "art"}))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    read = []
+    monkeypatch.setattr(compare, "run_summary", lambda metrics, manifest: read.append(manifest))
+    monkeypatch.setattr(compare, "markdown", lambda summaries: "")
+    assert compare.main([str(run)]) == 0
+    assert read == [{"tau_range": [0.6, 0.9]}]
+    (run / "metrics.json").write_text(json.dumps({"artifact": "gone"}))
+    assert compare.main([str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {run / 'metrics.json'}: artifact 'gone' not found: no manifest.json in 'gone' or '{run / 'gone'}'" in err
+    (run / "metrics.json").write_text("{not json")
+    assert compare.main([str(run)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {run / 'metrics.json'}: cannot read the run's metrics (")
