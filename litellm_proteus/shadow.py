@@ -246,7 +246,8 @@ class ShadowEvaluator:
             shadow_metrics.record_skip("unscored")
             return None
         row = shadow_row(call_id=job.call_id, prompt=job.prompt, tier=job.tier, tau=job.tau, models=[c.model for c in job.candidates],
-                         scores=scores, costs=costs, served=served.model)
+                         scores=scores, costs=costs, served=served.model,
+                         call_share=len(picked) / (len(job.candidates) - 1) if len(job.candidates) > 1 else 1.0)
         if not await asyncio.to_thread(self._write, row):
             self._skip("too_large", "too_large", "PROTEUS shadow: the row for %s is over max_bytes (%d): not written",
                        job.call_id, self.files.max_bytes)

@@ -194,7 +194,8 @@ def calibrate(
     ``extra`` points (``rule_points``; they need ``costs_usd``) compete with the policy grid: a
     requested tau goes to the cheapest point meeting it, the frontier is the hull over all points,
     and the declared range reaches the best point's accuracy minus the margin.  A rule point's
-    fallback policy tau is the cheapest grid point at least as accurate (else the grid's top).
+    fallback policy tau is the cheapest grid point at least as accurate (else the most accurate grid
+    point with an estimate; the grid's top when none has one).
 
     Declared range: from the training range's lower end up to the highest requested tau reachable.
     ``UnreachableTauRange`` when no point reaches the lower end + margin (no range to declare);
@@ -204,10 +205,12 @@ def calibrate(
     if extra and costs_usd is None:
         raise ValueError("calibrate: extra operating points need the policy curve's costs_usd")
     conservative = monotone_envelope(accuracies)
+    # a grid point without an estimate (-inf) is no fallback: else the most accurate one that has one
+    known = np.flatnonzero(np.isfinite(conservative))
     for point in extra:
         if point.rule.kind != "policy":
             ok = np.nonzero(conservative >= point.accuracy)[0]
-            at = ok[np.argmin(np.asarray(costs_usd)[ok])] if ok.size else len(policy_taus) - 1
+            at = ok[np.argmin(np.asarray(costs_usd)[ok])] if ok.size else (known[-1] if known.size else len(policy_taus) - 1)
             point.policy_tau = float(policy_taus[at])
     lo = float(policy_taus[0])
     best = max([float(conservative.max(initial=-np.inf))] + [p.accuracy for p in extra])
@@ -316,6 +319,22 @@ def cluster_ladders(emb: np.ndarray, scores: np.ndarray, costs_usd: np.ndarray, 
     return [ladder for ladder in ladders if len(set(ladder)) > 1]
 
 
+def rules_beside_policy(n_slots: int, ladders: list[list[int]] | None = None) -> list[OperatingPoint]:
+    """Each single model, quality-greedy (argmax p + b) and each cluster ladder."""
+    rules = [OperatingPoint(kind="slot", slot=k) for k in range(n_slots)] + [OperatingPoint(kind="quality")]
+    return rules + [OperatingPoint(kind="cluster", cluster_slots=ladder) for ladder in ladders or []]
+
+
+def rule_choice(rule: OperatingPoint, emb: np.ndarray, p: np.ndarray, boost: np.ndarray,
+                centroids: np.ndarray | None) -> np.ndarray:
+    """The slot a non-policy rule routes each row to ([N]), as the runtime does (operating_points.py)."""
+    if rule.kind == "slot":
+        return np.full(len(p), rule.slot)
+    if rule.kind == "quality":
+        return (p + boost[None, :]).argmax(1)
+    return np.asarray(rule.cluster_slots)[nearest_centroid(emb, centroids)]
+
+
 def rule_points(
     rows: list[CalibrationRows],
     boost: np.ndarray,
@@ -327,23 +346,14 @@ def rule_points(
     """Each single model, quality-greedy (argmax p + b) and each cluster ladder, measured on the
     calibration rows pooled (row-weighted) and, like the policy curve, no higher than validation
     (``val_slack_rows``) + ``val_slack``."""
-    n_slots = rows[0].scores.shape[1]
-    rules = [OperatingPoint(kind="slot", slot=k) for k in range(n_slots)] + [OperatingPoint(kind="quality")]
-    rules += [OperatingPoint(kind="cluster", cluster_slots=ladder) for ladder in ladders or []]
-
     def measure(r: CalibrationRows, rule: OperatingPoint) -> tuple[float, float]:
-        if rule.kind == "slot":
-            choice = np.full(len(r.scores), rule.slot)
-        elif rule.kind == "quality":
-            choice = (r.p + boost[None, :]).argmax(1)
-        else:
-            choice = np.asarray(rule.cluster_slots)[nearest_centroid(r.emb, centroids)]
+        choice = rule_choice(rule, r.emb, r.p, boost, centroids)
         at = np.arange(len(choice))
         return float(np.nan_to_num(r.scores, nan=0.0)[at, choice].mean()), float(r.costs_usd[at, choice].mean())
 
     points = []
     total = sum(len(r.scores) for r in rows)
-    for rule in rules:
+    for rule in rules_beside_policy(rows[0].scores.shape[1], ladders):
         measured = [measure(r, rule) for r in rows]
         acc = sum(a * len(r.scores) for (a, _), r in zip(measured, rows)) / total
         cost = sum(c * len(r.scores) for (_, c), r in zip(measured, rows)) / total

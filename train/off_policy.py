@@ -10,7 +10,9 @@ where ``q`` is the performance head's predicted correctness (the direct method);
 is the policy's accuracy, unbiased where the log has support (either ``q`` is right or the logged
 propensities are), with a normal-approximation 95 % CI from the rows' spread, clipped to [0, 1]
 (an accuracy lies there; a DR term may not, and the interval of few rows runs past 1 otherwise).  Full-information rows
-(``logged_choice = -1``) contribute their exact score.  SNIPS (the self-normalised IPS mean over the
+(``logged_choice = -1``) contribute their score of ``c``, weighed by the probability they scored it
+(``inclusion``: a shadow row always scores the model that served it, the others only with its
+``call_share``), so that rows agreeing with the logging router do not stand in for the rest.  SNIPS (the self-normalised IPS mean over the
 rows where ``c = a``) is reported beside it.  A full-information row (a shadow row) that scored
 ``c`` observes the policy's choice as a bandit row agreeing with the logged one does: both count
 towards the support of an estimate.
@@ -62,6 +64,7 @@ class BanditRows:
     propensity: np.ndarray  # [N]
     clip: float = 20.0
     groups: np.ndarray | None = None  # [N] the prompt of each row: a prompt asked again is no new sample
+    inclusion: np.ndarray | None = None  # [N, K] probability a full-information row scored a slot (NaN / None: 1)
     labelled_slots: np.ndarray = field(init=False)  # [K] bool: some bandit row labels this slot
 
     def __post_init__(self) -> None:
@@ -73,6 +76,8 @@ class BanditRows:
         if bad.any():
             raise ValueError(f"propensity must be in (0, 1] on every logged decision; {int(bad.sum())} rows are not "
                              f"(first: {self.propensity[bad][0]!r})")
+        inclusion = np.ones_like(self.scores) if self.inclusion is None else np.asarray(self.inclusion, dtype=np.float64)
+        self.inclusion = np.where(np.isfinite(inclusion) & (inclusion > 0), np.minimum(inclusion, 1.0), 1.0)
         if self.groups is not None:  # integer codes, once: every bound clusters by them
             self.groups = np.unique(np.asarray(self.groups), return_inverse=True)[1].ravel()
         self.labelled_slots = np.zeros(k, dtype=bool)
@@ -83,11 +88,12 @@ class BanditRows:
 
     def dr_matrix(self, q: np.ndarray) -> np.ndarray:
         """[N, K] doubly robust value of every slot on every row: q(x, c) + 1[c = a] * min(1/pi, clip)
-        * (y - q(x, a)) on bandit rows (q alone where the logged outcome is missing), the observed
-        score on full-information rows (q where that slot was not scored).  Its column means are
-        unbiased where q or pi is right (up to the clip)."""
+        * (y - q(x, a)) on bandit rows (q alone where the logged outcome is missing), q(x, c) + 1[scored]
+        / inclusion * (y - q(x, c)) on full-information rows (the score itself where every slot is
+        scored).  Its column means are unbiased where q or pi is right (up to the clip)."""
         rows = np.flatnonzero(self.logged_choice >= 0)
-        values = np.where(np.isfinite(self.scores), self.scores, q)
+        scored = np.isfinite(self.scores)
+        values = np.where(scored, q + (np.nan_to_num(self.scores) - q) / self.inclusion, q)
         values[rows] = q[rows]
         chosen = self.logged_choice[rows]
         weight = np.minimum(1.0 / self.propensity[rows], self.clip)
@@ -117,10 +123,18 @@ class BanditRows:
         return np.where(bandit, np.where(choice == self.logged_choice, weight * label, 0.0), observed)
 
     def observed_rows(self, choice: np.ndarray) -> np.ndarray:
-        """The full-information rows (ascending) that scored the policy's choice: an unbiased sample of
-        the policy's accuracy without the head (shadow rows are drawn at random, and so are the
-        candidates they call)."""
+        """The full-information rows (ascending) that scored the policy's choice."""
         return np.flatnonzero((self.logged_choice < 0) & np.isfinite(self.scores[np.arange(len(choice)), choice]))
+
+    def full_information_terms(self, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the full-information rows, ascending; per row its score of the policy's choice over the
+        probability it scored it, 0 where it did not).  Shadow rows are drawn at random, so the mean is
+        unbiased for the policy's accuracy without the head (Horvitz-Thompson): a shadow row always
+        scores the served model and the others only with its ``call_share``, and the rows where the
+        policy agrees with the logging router are not let stand in for the rest."""
+        rows = np.flatnonzero(self.logged_choice < 0)
+        score = self.scores[rows, choice[rows]]
+        return rows, np.where(np.isfinite(score), np.nan_to_num(score) / self.inclusion[rows, choice[rows]], 0.0)
 
     def estimate(self, choice: np.ndarray, q: np.ndarray) -> Estimate:
         terms, match = self.dr_terms(choice, q)

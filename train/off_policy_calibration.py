@@ -13,8 +13,9 @@ prefers.  So each point's bound is also capped by bounds that do not use the hea
 
 - the head-free bound: clipped IPS over the bandit rows, a choice the log never observed counted
   as failed, and the full-information rows' own scores (``BanditRows.head_free_terms``);
-- with full-information rows (shadow rows, drawn at random), the bound of their scores alone, an
-  unbiased sample of the policy; the tighter of the two holds, so it is the one that caps;
+- with full-information rows (shadow rows, drawn at random), the bound of their scores alone, each
+  weighed by the probability its row scored it (``BanditRows.full_information_terms``), unbiased for
+  the policy; the tighter of the two holds, so it is the one that caps;
 - each over every calibration row, validation and out-of-fold training rows alike, with at least
   ``MIN_MATCHED`` validation rows: on a decision log PPO's reward uses no training label (it scores
   every slot with the out-of-fold head), and the training rows are routed with out-of-fold
@@ -32,6 +33,10 @@ Every bound clusters its standard error by prompt (``BanditRows.groups``): traff
 again and again, and a repeat is not a new sample.  And every bound covers a future sample as large
 as the validation split (``lower_bound``'s ``future``), as the full-information calibration's margin
 does: the promise is about the traffic to come, not the rows at hand.
+
+Beside the policy grid, the table weighs the points the full-information calibration does (each
+single model, quality-greedy, cluster ladders, the policy past its grid: ``rule_candidates``), each
+bounded the same way: they give the table a cheap end and a top the policy grid may lack.
 
 ``calibration_margin`` is the least margin below the point estimate, as in the full-information
 calibration (the bound covers the noise already); with ``validation_cap`` it is added to the bound,
@@ -51,7 +56,12 @@ from litellm_proteus.artifact import TauCalibration
 from litellm_proteus.costs import CostNormalizer
 from litellm_proteus.model import ProteusModel
 
-from .calibration import OperatingCurve, calibrate, monotone_envelope, policy_choices
+from litellm_proteus.operating_points import POLICY
+
+from .calibration import (
+    CandidatePoint, OperatingCurve, calibrate, cluster_ladders, kmeans, monotone_envelope, policy_choices, rule_choice,
+    rules_beside_policy,
+)
 from .config import TrainConfig
 from .off_policy import BanditRows, Estimate, Support, lower_bound, tau_intervals
 
@@ -80,6 +90,7 @@ class OffPolicyCalibration:
     lower: np.ndarray  # the lower bounds the table was built on (-inf: unsupported point)
     estimates: list[dict]
     support: Support
+    candidates: list[CandidatePoint]  # the operating points beside the grid the log vouches for (their bound)
 
 
 def off_policy_calibration(
@@ -116,25 +127,89 @@ def off_policy_calibration(
         lower.append(bound)
         costs.append(float(costs_usd[index, choice].mean()))
     ok = np.array([supported(e) for e in estimates])
-    # The bound holds the margin already (z standard errors of the estimate and of a future sample): as in
-    # the full-information calibration, calibration_margin is the least margin, not one more.  With
-    # validation_cap it is added: an initial artifact may have trained on the log's prompts, which no
-    # bound over them can see (a margin measured on simulated logs, docs/learn-from-traffic.md).
-    least = (np.asarray(lower) - config.calibration_margin if validation_cap
-             else np.minimum(np.asarray(lower), np.asarray(points) - config.calibration_margin))
+    least = least_accuracy(np.asarray(lower), np.asarray(points), config.calibration_margin, validation_cap)
     # an operating point the log cannot vouch for never meets a tau (-inf: the table skips it)
     lower_arr, cost_arr = np.where(ok, least, -np.inf), np.asarray(costs)
+    extra, centroids = [], None
+    if config.operating_point_rules:
+        extra, centroids = rule_candidates(model, emb, q, rows, costs_usd, normalizer, policy_taus, tau_range, config,
+                                           n_val, full_rows, future, validation_cap)
     unlabelled, explored_share = log_support(rows, models)
-    refuse_unless_supported(least, ok, estimates, policy_taus, 0.0, rows, unlabelled, explored_share)
-    frontier_costs = cost_arr if config.mix_operating_points else None
-    calibration, declared = calibrate(policy_taus, lower_arr, 0.0, config.calibration_step, frontier_costs)
+    refuse_unless_supported(least, ok, estimates, policy_taus, 0.0, rows, unlabelled, explored_share,
+                            max((c.accuracy for c in extra), default=-np.inf))
+    frontier_costs = cost_arr if (config.mix_operating_points or extra) else None
+    calibration, declared = calibrate(policy_taus, lower_arr, 0.0, config.calibration_step, frontier_costs, extra,
+                                      frontier=config.mix_operating_points, centroids=centroids)
     bad_point = {float(t): not good for t, good in zip(policy_taus, ok)}
-    bad_requested = [bad_point.get(float(t), True) for t in calibration.policy_tau]
+    bad_point.update({float(c.policy_tau): False for c in extra if c.rule.kind == "policy"})
+    # an entry served by a rule point is vouched for by that point's own bound
+    rules_served = calibration.requested_point or [POLICY] * len(calibration.requested)
+    bad_requested = [rule.kind == "policy" and bad_point.get(float(t), True)
+                     for t, rule in zip(calibration.policy_tau, rules_served)]
     support = Support(unlabelled, tau_intervals(calibration.requested, bad_requested, config.calibration_step),
                       MIN_MATCHED, MAX_UNSUPPORTED_SHARE, explored_share)
     curve = OperatingCurve(np.asarray(points), mus, cost_arr)
     points_out = [{**e.to_dict(), **check} for e, check in zip(estimates, checks)]
-    return OffPolicyCalibration(calibration, declared, curve, lower_arr, points_out, support)
+    return OffPolicyCalibration(calibration, declared, curve, lower_arr, points_out, support, extra)
+
+
+def least_accuracy(bound: np.ndarray, dr: np.ndarray, margin: float, validation_cap: bool) -> np.ndarray:
+    """The accuracy a tau table may count on at operating points with these lower bounds and DR estimates.
+
+    The bound holds the margin already (z standard errors of the estimate and of a future sample): as in
+    the full-information calibration, ``margin`` (calibration_margin) is the least margin below the
+    estimate, not one more.  With ``validation_cap`` it is added: an initial artifact may have trained on
+    the log's prompts, which no bound over them can see (a margin measured on simulated logs,
+    docs/learn-from-traffic.md)."""
+    return bound - margin if validation_cap else np.minimum(bound, dr - margin)
+
+
+def rule_candidates(model: ProteusModel, emb: torch.Tensor, q: np.ndarray, rows: BanditRows, costs_usd: np.ndarray,
+                    normalizer: CostNormalizer, policy_taus: np.ndarray, tau_range: tuple[float, float],
+                    config: TrainConfig, n_val: int, full_rows: bool, future: int, validation_cap: bool,
+                    ) -> tuple[list[CandidatePoint], np.ndarray | None]:
+    """The operating points beside the policy grid that the full-information calibration also weighs
+    (``calibration.rule_points``: the policy past the grid, each single model, quality-greedy, cluster
+    ladders), each bounded as a grid point is; and the ladders' centroids.
+
+    - The policy past the grid is a policy point: it needs the grid's support.
+    - A rule's bound is at most a head-free one (``point_bound``), so a model the log rarely observed
+      gets a low bound, not a flattering one: no support test is needed.
+    - A cluster ladder is fitted on the training rows' DR values (a slot per cluster of the training
+      embeddings), so its bound is also capped by the validation rows' own, as the full-information
+      calibration caps it by validation accuracy."""
+    index = np.arange(len(q))
+    emb_np = emb.cpu().numpy().astype(np.float64)
+    candidates: list[CandidatePoint] = []
+
+    def bounded(choice: np.ndarray, policy: bool = False, fitted: bool = False) -> float | None:
+        """The point's least accuracy, None where the log cannot vouch for it."""
+        est = rows.estimate(choice, q)
+        terms, _ = rows.dr_terms(choice, q)
+        bound, _ = point_bound(rows, choice, terms, n_val, config.calibration_z, full_rows, future, validation_cap or fitted)
+        if (policy and not supported(est)) or not np.isfinite(bound):
+            return None
+        return float(least_accuracy(np.asarray(bound), np.asarray(est.dr), config.calibration_margin, validation_cap))
+
+    if policy_taus[-1] < 1.0:
+        beyond = np.round(np.linspace(policy_taus[-1], 1.0, 6)[1:], 6)
+        choices, _ = policy_choices(model, emb, costs_usd, normalizer, beyond, tau_range, torch.as_tensor(q))
+        for tau, choice in zip(beyond, choices):
+            accuracy = bounded(choice, policy=True)
+            if accuracy is not None:
+                candidates.append(CandidatePoint(POLICY, accuracy, float(costs_usd[index, choice].mean()), float(tau)))
+    centroids, ladders = None, None
+    train = slice(n_val, None)
+    if config.calibration_clusters > 1 and len(q) - n_val >= 10 * config.calibration_clusters:
+        centroids = kmeans(emb_np[train], config.calibration_clusters, config.seed)
+        ladders = cluster_ladders(emb_np[train], rows.dr_matrix(q)[train], costs_usd[train], centroids)
+    boost = model.boost.detach().cpu().numpy()
+    for rule in rules_beside_policy(q.shape[1], ladders):
+        choice = rule_choice(rule, emb_np, q, boost, centroids)
+        accuracy = bounded(choice, fitted=rule.kind == "cluster")
+        if accuracy is not None:
+            candidates.append(CandidatePoint(rule, accuracy, float(costs_usd[index, choice].mean())))
+    return candidates, centroids
 
 
 def log_support(rows: BanditRows, models: list[str]) -> tuple[list[str], float]:
@@ -193,10 +268,9 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
     head_free = rows.head_free_terms(choice)
     parts = {"head_free_lower": capped(head_free, groups, n_val)}
     if full_rows:
-        observed = rows.observed_rows(choice)
-        parts["full_information_lower"] = capped(rows.scores[observed, choice[observed]],
-                                                 None if groups is None else groups[observed], int((observed < n_val).sum()))
-        parts["full_information_rows"] = len(observed)
+        full, terms = rows.full_information_terms(choice)
+        parts["full_information_lower"] = capped(terms, None if groups is None else groups[full], int((full < n_val).sum()))
+        parts["full_information_rows"] = len(rows.observed_rows(choice))
     # both head-free bounds hold; with shadow rows the tighter of the two caps the DR bound
     head_free_bound = max(parts["head_free_lower"], parts.get("full_information_lower", -np.inf))
     bound = min(-np.inf if np.isnan(b) else b for b in (lower_bound(dr_terms, z, groups, future), head_free_bound))
@@ -205,13 +279,14 @@ def point_bound(rows: BanditRows, choice: np.ndarray, dr_terms: np.ndarray, n_va
 
 
 def refuse_unless_supported(lower: np.ndarray, ok: np.ndarray, estimates: list[Estimate], policy_taus: np.ndarray,
-                            margin: float, rows: BanditRows, unlabelled: list[str], explored_share: float) -> None:
+                            margin: float, rows: BanditRows, unlabelled: list[str], explored_share: float,
+                            best_rule_point: float = -np.inf) -> None:
     """Raise ``UnsupportedLogError`` (after the support warning) when no supported operating point's
-    bound, as ``calibrate`` reads it (``monotone_envelope``), reaches the bottom of the tau range +
-    margin.  The message names the best point's bound beside its DR estimate: how far the head's
-    optimism would have carried the promise."""
+    bound, as ``calibrate`` reads it (``monotone_envelope``), nor ``best_rule_point`` (the best bound
+    beside the grid) reaches the bottom of the tau range + margin.  The message names the best grid
+    point's bound beside its DR estimate: how far the head's optimism would have carried the promise."""
     supported_envelope = monotone_envelope(np.where(ok, lower, -np.inf))
-    if supported_envelope.max(initial=-np.inf) >= float(policy_taus[0]) + margin:
+    if max(supported_envelope.max(initial=-np.inf), best_rule_point) >= float(policy_taus[0]) + margin:
         return
     Support(unlabelled, [], MIN_MATCHED, MAX_UNSUPPORTED_SHARE, explored_share).warn()
     if np.isfinite(supported_envelope).any():

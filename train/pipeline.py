@@ -334,7 +334,8 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     if config.calibrate and data.bandit:  # a log too thin to vouch for any point is refused before PPO
         calib_idx = np.concatenate([cal_val, cal_train])
         bandit_rows = BanditRows(data.scores[calib_idx], data.logged_choice[calib_idx], data.propensity[calib_idx],
-                                 clip=config.propensity_clip, groups=np.asarray(data.prompts, dtype=object)[calib_idx])
+                                 clip=config.propensity_clip, groups=np.asarray(data.prompts, dtype=object)[calib_idx],
+                                 inclusion=None if data.inclusion is None else data.inclusion[calib_idx])
         require_validation_rows(bandit_rows, len(cal_val), data.models)
 
     t0 = time.perf_counter()
@@ -388,7 +389,7 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
             validation_cap=init_manifest is not None or config.finetune_encoder,
         )
         calibration, declared = off_policy.calibration, off_policy.declared
-        calibration_acc, pooled = off_policy.lower, off_policy.curve
+        calibration_acc, pooled, extra = off_policy.lower, off_policy.curve, off_policy.candidates
         off_policy.support.warn()
     elif config.calibrate:
         if config.operating_point_rules:

@@ -40,6 +40,7 @@ from litellm_proteus.shadow_rows import SHADOW_PREFIX, shadow_row
 from litellm_proteus.tiers import hash_key
 
 from .data import assign_splits, load_logs
+from .data.decision_log import MAX_TS
 from .evaluation.inputs import artifact_encoder
 from .routing import fill_missing_costs, route_log
 
@@ -132,6 +133,11 @@ def check_flags(args: argparse.Namespace) -> dict[str, float]:
         value = getattr(args, name)
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"--{name.replace('_', '-')} must be a number >= 0 (seconds); got {value}")
+    # every record's ts must be a date (the readers refuse one past 9999-12-31)
+    last = args.start_ts + max(args.requests, 1) * args.interval_s + args.delay_s + 1.0
+    if last > MAX_TS:
+        raise ValueError(f"--start-ts + --requests x --interval-s + --delay-s reaches {last:g}, past 9999-12-31 "
+                         f"({MAX_TS:.0f} s); use smaller values")
     return config_tiers(args.config) if args.config else parse_tiers(args.tiers)
 
 
@@ -183,6 +189,8 @@ def simulate(args: argparse.Namespace, tiers: dict[str, float]) -> dict:
     model, manifest = load_artifact(args.artifact)
     data = assign_splits(load_logs(args.data), seed=0)
     data = data.part(args.split).with_models(manifest.models)
+    if not len(data):
+        raise ValueError(f"--split {args.split}: the data has no {args.split} rows; choose another split")
     n = len(data) if args.requests == 0 else args.requests
     rows = rng.permutation(len(data)) if args.requests == 0 else rng.integers(0, len(data), n)
     encoder = artifact_encoder(manifest.encoder, Path(args.artifact), args.cache_dir, "cpu", precision="fp32")
@@ -233,7 +241,7 @@ def simulate(args: argparse.Namespace, tiers: dict[str, float]) -> dict:
         if shadow_rng.random() < args.shadow_share:
             known = lambda v: float(v) if np.isfinite(v) else None  # noqa: E731
             shadows.append(shadow_row(
-                call_id=call_id, prompt=prompts[r], tier=tier, tau=float(taus[r]), models=manifest.models, served=manifest.models[step.index],
+                call_id=call_id, prompt=prompts[r], tier=tier, tau=float(taus[r]), models=manifest.models, served=manifest.models[step.index], call_share=1.0,
                 scores={m: known(data.scores[i, j]) for j, m in enumerate(manifest.models)},
                 costs={m: known(costs[i, j]) for j, m in enumerate(manifest.models)}, ts=ts + 1.0,
             ))

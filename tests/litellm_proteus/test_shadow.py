@@ -612,3 +612,22 @@ def test_an_unpriced_judge_is_refused_before_any_call(tmp_path, monkeypatch, cap
     assert "shadow.judge_model 'judge' has deployments without a price" in caplog.text
     assert "judge/openai/proteus-test-unpriced-judge (id j-unpriced)" in caplog.text
     assert "input_cost_per_token and output_cost_per_token" in caplog.text and caplog.text.count("without a price") == 1
+
+
+def test_a_shadow_row_names_the_served_model_and_the_share_of_the_others_it_called(tmp_path, monkeypatch):
+    """The served answer is always scored and each other candidate only with probability call_share:
+    an estimate over shadow rows needs both (train/off_policy.py weighs by them)."""
+    monkeypatch.setattr(litellm, "disable_aiohttp_transport", True)
+    shadow = evaluator(tmp_path, candidates=1)
+    router = litellm.Router(model_list=[JUDGE_GROUP])
+    plain = {"model_name": "g", "litellm_params": {}}
+    candidates, served = job_candidates(["A", "B", "C"], [plain, SHADOW_DEPLOYMENT, SHADOW_DEPLOYMENT],
+                                        [1e-3, SHADOW_CALL_USD, SHADOW_CALL_USD], 0)
+    job = ShadowJob("c0", "What is 2+2?", [{"role": "user", "content": "What is 2+2?"}], "standard", 0.85, candidates, served)
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post("http://shadow.test/v1/chat/completions").mock(return_value=completion("4"))
+        mock.post("http://judge.test/v1/chat/completions").mock(return_value=completion("SCORE: 1"))
+        row = asyncio.run(shadow.run(job, "4", 1e-3, router.acompletion, lambda _: None,
+                                     lambda: router.get_model_list(model_name="judge")))
+    assert row["served"] == "A" and row["call_share"] == 0.5  # one of the two other candidates
+    assert row["A"] == 1.0 and sum(row[m] is not None for m in ("B", "C")) == 1

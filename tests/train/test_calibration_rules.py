@@ -118,3 +118,16 @@ def test_a_range_whose_bottom_no_point_reaches_is_refused_with_the_best_accuracy
     assert declared == (0.95, 0.955)
     with pytest.raises(UnreachableTauRange, match="reaches is 0.0000"):  # every score 0
         calibrate(np.array([0.01, 0.02]), np.zeros(2), 0.005, 0.0025)
+
+
+def test_a_rule_falls_back_to_the_most_accurate_grid_point_with_an_estimate():
+    """The runtime routes a rule point's taus at its fallback policy tau when the rule's model has no
+    live candidate: a grid point without an estimate (-inf, off-policy: unsupported) is never it."""
+    taus = np.array([0.80, 0.81, 0.82, 0.83, 0.84, 0.85])
+    acc = np.array([0.82, 0.83, 0.83, -np.inf, -np.inf, -np.inf])
+    cost = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    table, _ = calibrate(taus, acc, 0.0, 0.01, cost, extra=[CandidatePoint(SLOT0, 0.86, 0.5)])
+    assert table.policy_tau[-1] == 0.82 and table.requested_point[-1] == SLOT0  # not 0.85, which has no estimate
+    # a full-information grid (every point measured): the top, as before
+    table, _ = calibrate(taus, np.linspace(0.80, 0.85, 6), 0.0, 0.01, cost, extra=[CandidatePoint(SLOT0, 0.86, 0.5)])
+    assert table.policy_tau[-1] == 0.85

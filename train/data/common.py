@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from litellm_proteus.costs import CHARS_PER_TOKEN
+from litellm_proteus.encoder import valid_text
 from litellm_proteus.prompts import turns_text
 
 from .logs import RoutingLog
@@ -82,7 +83,10 @@ def read_table(path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     if suffix in (".pkl", ".pickle"):
         # A pickle can run code when loaded: only load files you trust (e.g. the RouterBench hub files).
-        frame = pd.read_pickle(path)
+        try:
+            frame = pd.read_pickle(path)
+        except Exception as exc:  # noqa: BLE001 - empty, truncated or not a pickle: each raises its own type
+            raise ValueError(f"{path}: not a readable pickle ({type(exc).__name__}: {exc})") from None
         if not isinstance(frame, pd.DataFrame):
             raise ValueError(f"{path}: the pickle holds a {type(frame).__name__}, expected a pandas DataFrame")
     elif suffix == ".csv":
@@ -93,6 +97,8 @@ def read_table(path: Path) -> pd.DataFrame:
             raise ValueError(f"{path}: empty file (expected a header row: prompt, one column per model, ...)") from None
         except UnicodeDecodeError:
             raise _not_utf8(path) from None
+        except pd.errors.ParserError as exc:  # a ragged row or an unterminated quote
+            raise ValueError(f"{path}: not a well-formed CSV file ({exc})") from None
     elif suffix == ".parquet":
         frame = pd.read_parquet(path)
     elif suffix == ".jsonl":
@@ -140,6 +146,8 @@ class _Record(dict):
 
 
 def _record(pairs: list[tuple[str, Any]]) -> dict:
+    # a JSON "\ud800" escape gives a str no UTF-8 writer takes: as the proxy embeds it, U+FFFD for it
+    pairs = [(k, valid_text(v) if isinstance(v, str) else v) for k, v in pairs]
     record = _Record(pairs)
     if len(record) != len(pairs):
         record.repeated = [k for k, n in Counter(k for k, _ in pairs).items() if n > 1]
@@ -260,7 +268,7 @@ def prompt_text(value: Any) -> str:
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             try:
                 parsed = json.loads(stripped)
-            except ValueError:
+            except (ValueError, RecursionError):  # too deep for either parser: the text as written
                 return value
         if not isinstance(parsed, (list, tuple)):
             return value
@@ -293,7 +301,7 @@ def response_tokens(column: pd.Series) -> np.ndarray:
 def numeric_column(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     try:
         return pd.to_numeric(frame[column], errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise ValueError(f"{path}: column {column!r} must be numeric ({exc})") from None
 
 
@@ -399,6 +407,8 @@ def concat_logs(logs: Sequence[RoutingLog]) -> RoutingLog:
                                       for lg in logs]) if bandit else None,
         logged_tau=np.concatenate([np.full(len(lg), np.nan) if lg.logged_tau is None else lg.logged_tau
                                    for lg in logs]) if bandit else None,
+        inclusion=np.concatenate([cols(lg, lg.inclusion) for lg in logs])
+        if any(lg.inclusion is not None for lg in logs) else None,
         provenance={k: v for lg in logs for k, v in lg.provenance.items()},
     )
 
@@ -453,9 +463,13 @@ def clean_log(log: RoutingLog) -> RoutingLog:
                 log = replace(log, split=new_split)
             n_dup_rows, n_dup_ids = len(losers), len(winners)
             n_cross = int((frame.groupby("id")["prio"].nunique() > 1).sum())
+            prompts = pd.Series([log.prompts[p].strip() for p in frame["pos"]], index=frame.index)
+            n_differ = int((prompts.groupby(frame["id"]).nunique() > 1).sum())
             notes.append(
                 f"{n_dup_rows + n_dup_ids} rows share {n_dup_ids} duplicated sample_ids: kept one row per id, dropped "
                 f"{n_dup_rows} ({n_cross} ids appear in more than one split: kept the most complete copy in the test/val split, no leakage)"
+                + (f"; {n_differ} of these ids name different prompts in their copies: if ids restart in each file, make "
+                   "them unique (e.g. prefix the file name) or drop the id column, or those rows are lost" if n_differ else "")
             )
     n_partial = int((partial & keep).sum())
     if n_partial:

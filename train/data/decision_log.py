@@ -33,6 +33,8 @@ Shadow rows (``litellm_proteus.shadow_rows``: wide-format JSONL with a ``shadow_
 beside the decision log by the proxy's shadow evaluation) are read with it as *full-information*
 rows: every judged candidate's score, ``propensity`` NaN and ``logged_choice`` -1 (no logging
 policy to correct for), ``logged_tau`` their ``tau``, split by prompt hash like the decisions.  Their models join the slot list.
+The served model is always scored and each other candidate only with probability ``call_share``:
+``inclusion`` holds those probabilities (``shadow_inclusion``), by which estimates weigh the scores.
 """
 
 from __future__ import annotations
@@ -90,8 +92,18 @@ def _number(where: str, call_id: str, record: Mapping[str, Any], field: str, def
         if isinstance(value, bool):
             raise TypeError(value)
         return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: call_id {call_id!r}: field {field!r} must be a number; got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past a float's range
+        raise ValueError(f"{where}: call_id {call_id!r}: field {field!r} must be a number; got {str(value)[:40]!r}") from None
+
+
+def _finite_number(value: Any) -> bool:
+    try:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:  # an integer past a float's range
+        return False
+
+
+MAX_TS = 253_402_300_799.0  # 9999-12-31T23:59:59Z: the last second a date can name
 
 
 def _ts(where: str, call_id: str, record: Mapping[str, Any]) -> float:
@@ -100,8 +112,9 @@ def _ts(where: str, call_id: str, record: Mapping[str, Any]) -> float:
     if isinstance(record["ts"], str):  # the runtime's readers take no numeric string either
         raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' must be a number; got {record['ts']!r}")
     ts = _number(where, call_id, record, "ts", 0.0)
-    if not math.isfinite(ts):
-        raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' must be a finite number (Unix seconds); got {ts}")
+    if not (math.isfinite(ts) and 0 <= ts <= MAX_TS):
+        raise ValueError(f"{where}: call_id {call_id!r}: field 'ts' must be Unix seconds in [0, {MAX_TS:.0f}] (up to "
+                         f"9999-12-31); got {ts}")
     return ts
 
 
@@ -113,7 +126,7 @@ def _cost(where: str, call_id: str, field: str, value: Any) -> float:
         if isinstance(value, bool):
             raise TypeError(value)
         cost = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         cost = math.nan
     if not (math.isfinite(cost) and cost >= 0):
         raise ValueError(f"{where}: call_id {call_id!r}: field {field!r} must be a number >= 0 (USD per call) or null "
@@ -152,6 +165,10 @@ def _decision_fields(where: str, call_id: str, record: Mapping[str, Any]) -> tup
     propensity = _number(where, call_id, record, "propensity", 1.0)
     if not 0 < propensity <= 1:
         raise ValueError(f"{where}: field 'propensity' must lie in (0, 1]; got {propensity}")
+    tau = record.get("tau_effective")  # NaN: absent (pandas fills a column other records lack)
+    if not (tau is None or _finite_number(tau) or (isinstance(tau, float) and math.isnan(tau))):
+        raise ValueError(f"{where}: call_id {call_id!r}: field 'tau_effective' must be a finite number or null; "
+                         f"got {str(tau)[:40]!r}")
     return _candidates(where, call_id, list(candidates)), int(chosen), propensity
 
 
@@ -269,6 +286,7 @@ def shadow_log(tables: list[Table], validation_share: float = VALIDATION_SHARE) 
         n = len(part)
         part.logged_choice, part.propensity = np.full(n, -1), np.full(n, np.nan)
         part.logged_tau = numeric_column(table.frame, "tau", table.path) if "tau" in table.frame else np.full(n, np.nan)
+        part.inclusion = shadow_inclusion(table, part)
         parts.append(part)
     models = list(dict.fromkeys(m for part in parts for m in part.models))
     log = concat_logs([part.with_models(models) for part in parts])
@@ -278,6 +296,32 @@ def shadow_log(tables: list[Table], validation_share: float = VALIDATION_SHARE) 
     # rows, not lines: a shadow row read twice (a copied file) is one row once clean_log drops repeats of its sample_id
     log.provenance = {"format": FORMAT, "n_shadow_rows": len(set(log.sample_ids)) if log.sample_ids else len(log)}
     return log
+
+
+def shadow_inclusion(table: Table, part: RoutingLog) -> np.ndarray:
+    """[N, K] the probability each shadow row scored each model: 1 for the served one (always judged),
+    ``call_share`` for the others.  A row without ``call_share`` (written before the field) takes the
+    share of its other candidates (models with a cost) it scored; a row without ``served``, 1 everywhere
+    (every candidate drawn alike)."""
+    frame, n = table.frame, len(part)
+    served = frame["served"].tolist() if "served" in frame else [None] * n
+    share = numeric_column(frame, "call_share", table.path) if "call_share" in frame else np.full(n, np.nan)
+    bad = np.isfinite(share) & ~((share > 0) & (share <= 1))
+    if bad.any():
+        raise ValueError(f"{table.path}: row {int(np.flatnonzero(bad)[0])}: field 'call_share' must lie in (0, 1]; "
+                         f"got {share[bad][0]:g}")
+    inclusion = np.ones((n, len(part.models)))
+    for i, name in enumerate(served):
+        if name not in part.models:
+            continue
+        slot = part.models.index(name)
+        others = np.isfinite(part.costs[i]) | np.isfinite(part.scores[i])
+        others[slot] = False
+        called = np.isfinite(part.scores[i]) & others
+        p = share[i] if np.isfinite(share[i]) else (called.sum() / others.sum() if others.any() else 1.0)
+        inclusion[i] = max(float(p), 1e-9)
+        inclusion[i, slot] = 1.0
+    return inclusion
 
 
 def _prompt_truncated(decision: Mapping[str, Any]) -> bool:

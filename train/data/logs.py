@@ -29,6 +29,9 @@ class RoutingLog:
                    (bandit feedback from a decision log; NaN = a full-information row).
     logged_choice: optional [N] slot index the logging router chose (-1 = full-information row).
     logged_tau:    optional [N] tau the logging router routed at (tau_effective; NaN = unknown).
+    inclusion:     optional [N, K] probability that a full-information row scored each model, given how
+                   it was drawn (a shadow row: 1 for the served model, its ``call_share`` for the others;
+                   NaN or None = every score drawn at random, as in a full-information log).
     provenance:    optional facts about the source recorded in the manifest (log dates, counts).
     """
 
@@ -48,15 +51,18 @@ class RoutingLog:
     propensity: np.ndarray | None = None
     logged_choice: np.ndarray | None = None
     logged_tau: np.ndarray | None = None
+    inclusion: np.ndarray | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n, k = len(self.prompts), len(self.models)
         self.scores = np.asarray(self.scores, dtype=np.float64)
         self.costs = np.asarray(self.costs, dtype=np.float64)
-        for name in ("scores", "costs"):
+        if self.inclusion is not None:
+            self.inclusion = np.asarray(self.inclusion, dtype=np.float64)
+        for name in ("scores", "costs", "inclusion"):
             arr = getattr(self, name)
-            if arr.shape != (n, k):
+            if arr is not None and arr.shape != (n, k):
                 raise ValueError(f"{name} has shape {arr.shape}, expected ({n}, {k}) = (prompts, models)")
         finite = self.scores[np.isfinite(self.scores)]
         if finite.size and (finite.min() < 0 or finite.max() > 1):
@@ -94,6 +100,7 @@ class RoutingLog:
             propensity=arr(self.propensity),
             logged_choice=arr(self.logged_choice),
             logged_tau=arr(self.logged_tau),
+            inclusion=arr(self.inclusion),
         )
 
     @property
@@ -114,7 +121,7 @@ class RoutingLog:
             remap = np.array([list(models).index(m) for m in self.models] + [-1])
             choice = remap[self.logged_choice]  # -1 stays -1 (full-information rows)
         return replace(self, scores=cols(self.scores), costs=cols(self.costs), models=list(models),
-                       output_tokens=cols(self.output_tokens), logged_choice=choice)
+                       output_tokens=cols(self.output_tokens), logged_choice=choice, inclusion=cols(self.inclusion))
 
     def part(self, name: str) -> "RoutingLog":
         if self.split is None:

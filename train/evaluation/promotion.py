@@ -155,7 +155,8 @@ def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, 
         sel, req = row_state == state, request_state == state
         if sel.any():
             part = BanditRows(data.scores[sel], data.logged_choice[sel], data.propensity[sel],
-                              groups=np.asarray(data.prompts, dtype=object)[sel])  # a prompt asked again: one sample
+                              groups=np.asarray(data.prompts, dtype=object)[sel],
+                              inclusion=None if data.inclusion is None else data.inclusion[sel])  # a prompt asked again: one sample
             part.labelled_slots = rows.labelled_slots  # support is a property of the whole log
             est = {**part.estimate(routed.choice[sel], routed.p[sel].astype(np.float64)).to_dict(),
                    "observed": round(observed_accuracy(part, routed.choice[sel]), 5)}
@@ -175,10 +176,10 @@ def artifact_estimates(artifact: str, log: PromotionLog, cache_dir: str | None, 
 def observed_accuracy(rows: BanditRows, choice: np.ndarray) -> float:
     """The artifact's accuracy on what the log observed, without its head: the head-free mean (a
     choice the log never observed counted as failed), or the shadow rows' mean score of the choice
-    (an unbiased sample of the policy) where that is higher (``off_policy_calibration.point_bound``'s two bounds,
-    as point estimates)."""
-    observed = rows.observed_rows(choice)
-    shadow = float(rows.scores[observed, choice[observed]].mean()) if len(observed) else -math.inf
+    (``BanditRows.full_information_terms``, unbiased for the policy) where that is higher
+    (``off_policy_calibration.point_bound``'s two bounds, as point estimates)."""
+    full, terms = rows.full_information_terms(choice)
+    shadow = float(terms.mean()) if len(full) else -math.inf
     return max(float(rows.head_free_terms(choice).mean()), shadow)
 
 
@@ -286,7 +287,7 @@ def rows_used(report: dict) -> str:
             f"The accuracy estimates use {sources} ({used} rows), each in the compliance state it was served in; "
             f"the {decisions - labelled} decisions without feedback are not used there. Observed: the accuracy of "
             "the new artifact's choices where the log observed them (a choice it never observed counted as failed; "
-            "the shadow rows' mean where higher), which caps the DR estimate in the verdict. $/call: the mean cost of "
+            "the shadow rows' mean, each score weighed by the probability its row scored it, where higher), which caps the DR estimate in the verdict. $/call: the mean cost of "
             "each artifact's choices over all the state's logged requests.")
 
 

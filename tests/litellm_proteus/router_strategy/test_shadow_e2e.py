@@ -171,6 +171,7 @@ def test_client_gets_the_served_answer_and_a_shadow_row_scores_every_called_mode
     row = wait_for(lambda: shadow_rows(shadow_proxy).get(call_id))
     assert row, shadow_proxy.log()[-3000:]
     assert row["served"] == "gpt-4-1106-preview" and row["eval_name"] == "premium"
+    assert row["call_share"] == 1.0  # one shadow candidate (the default) of the one other model
     assert row["tau"] == float(response.headers["x-proteus-tau"])
     assert row["prompt"] == "What is the capital of France?"
     assert row["gpt-4-1106-preview"] == 1.0 and row["mistralai/mixtral-8x7b-chat"] == 0.0

@@ -117,7 +117,7 @@ def write_shadow_row(directory, call_id="c0"):
     from litellm_proteus.shadow_rows import shadow_row
 
     row = shadow_row(call_id=call_id, prompt="question 0", tier="standard", tau=0.8, models=["big", "small"],
-                     scores={"big": 1.0, "small": 0.0}, costs={"big": 0.01, "small": 0.001}, served="big", ts=1.0)
+                     scores={"big": 1.0, "small": 0.0}, costs={"big": 0.01, "small": 0.001}, served="big", call_share=1.0, ts=1.0)
     (directory / "shadow-20260101T000000-1-0.jsonl").write_text(json.dumps(row) + "\n")
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from litellm_proteus.operating_points import nearest_centroid
 from proteus_train.heads import doubly_robust_targets, ips_weights, masked_bce, masked_squared_error
 from proteus_train.off_policy import (
     BanditRows,
@@ -96,6 +97,34 @@ def test_observed_rows_are_the_full_information_rows_that_scored_the_choice():
     rows = BanditRows(scores, np.array([0, -1, -1]), np.array([1.0, np.nan, np.nan]))
     assert rows.scores[rows.observed_rows(np.array([0, 0, 0])), 0].tolist() == [0.0, 1.0]  # bandit row 0 is not one
     assert rows.scores[rows.observed_rows(np.array([1, 1, 1])), 1].tolist() == [1.0]  # row 2 did not score slot 1
+
+
+def test_shadow_rows_weigh_each_score_by_the_probability_their_row_scored_it():
+    """A shadow row always scores the served model and each other candidate with its call_share: the
+    rows where the policy agrees with the logging router must not stand in for the rest."""
+    rng = np.random.default_rng(0)
+    n, k, share = 40_000, 4, 1 / 3  # one of the three other candidates called per row
+    served = rng.integers(0, k, n)
+    # the policy's choice is right 95 % of the time where it agrees with the served model, 50 % elsewhere
+    choice = np.where(rng.random(n) < 0.3, served, (served + rng.integers(1, k, n)) % k)
+    truth = np.where(choice == served, 0.95, 0.5)
+    called = rng.random((n, k)) < share
+    called[np.arange(n), served] = True
+    scores = np.where(called, 0.0, np.nan)
+    scores[np.arange(n), choice] = np.where(called[np.arange(n), choice], rng.random(n) < truth, np.nan)
+    inclusion = np.full((n, k), share)
+    inclusion[np.arange(n), served] = 1.0
+    rows = BanditRows(scores, np.full(n, -1), np.full(n, np.nan), inclusion=inclusion)
+    full, terms = rows.full_information_terms(choice)
+    assert len(full) == n and terms.mean() == pytest.approx(truth.mean(), abs=0.01)  # 0.635
+    observed = rows.observed_rows(choice)  # the scored rows alone: mostly the agreeing ones
+    assert rows.scores[observed, choice[observed]].mean() > truth.mean() + 0.1
+    # DR on shadow rows weighs the same way: the head's error is corrected, not replaced by the agreeing rows'
+    q = np.full((n, k), 0.8)
+    assert rows.dr_terms(choice, q)[0].mean() == pytest.approx(truth.mean(), abs=0.01)
+    # every slot scored (a full-information log, or inclusion unknown): the plain scores
+    plain = BanditRows(np.array([[1.0, 0.0], [0.0, np.nan]]), np.array([-1, -1]), np.full(2, np.nan))
+    assert plain.full_information_terms(np.array([0, 1]))[1].tolist() == [1.0, 0.0]  # row 1 did not score slot 1
 
 
 def test_head_free_terms_count_unobserved_choices_as_failed_and_weigh_explored_ones():
@@ -288,3 +317,60 @@ def test_a_sample_of_all_ones_still_bounds_below_one():
     assert lower_bound(np.ones(25), 1.645, future=25) < bound
     spread = np.r_[np.ones(700), np.zeros(300)]  # a sample with its own spread: the floor does not bind
     assert lower_bound(spread, 1.645) == pytest.approx(0.7 - 1.645 * spread.std(ddof=1) / math.sqrt(1000))
+
+
+def test_single_models_and_ladders_join_the_off_policy_table_where_the_log_vouches_for_them():
+    """The off-policy calibration weighs the points the full-information one does (a single model,
+    quality-greedy, cluster ladders), each bounded as a grid point is: a ladder of a cheap model where
+    it is good and the dear one elsewhere serves the bottom of the range; a single model is no better
+    than its shadow rows' bound, and a model the log never observed counts as failed, whatever the head says."""
+    from litellm_proteus.costs import CostNormalizer
+    from litellm_proteus.model import ProteusModel
+    from litellm_proteus.model_config import ModelConfig
+    from proteus_train.config import TrainConfig
+    from proteus_train.off_policy_calibration import off_policy_calibration
+
+    rng = np.random.default_rng(0)
+    n, n_val = 1200, 480
+    easy = rng.random(n) < 0.5  # two kinds of prompt, far apart in the embedding
+    emb_np = rng.normal(size=(n, 4))
+    emb_np[:, 0] += np.where(easy, 4.0, -4.0)
+    # slot 0 cheap, good on easy prompts only; slot 1 middling; slot 2 dear and best
+    truth = np.stack([np.where(easy, 0.97, 0.6), np.full(n, 0.8), np.full(n, 0.97)], axis=1)
+    full = (rng.random((n, 3)) < truth).astype(float)
+    costs = np.tile([1e-4, 1e-3, 1e-2], (n, 1))
+    shadow = rng.random(n) < 0.5  # half the rows are shadow rows scoring slots 0 and 2; the rest log slot 2
+    scores = np.full((n, 3), np.nan)
+    scores[shadow, 0], scores[shadow, 2] = full[shadow, 0], full[shadow, 2]
+    scores[~shadow, 2] = full[~shadow, 2]
+    rows = BanditRows(scores, np.where(shadow, -1, 2), np.where(shadow, np.nan, 1.0))
+    torch.manual_seed(0)
+    model = ProteusModel(ModelConfig(embed_dim=4, n_models=3, hidden_dim=8))
+    emb = torch.as_tensor(emb_np, dtype=torch.float32)
+    p = torch.as_tensor(np.tile(truth.mean(0), (n, 1)), dtype=torch.float32)  # a head that cannot tell the prompts apart
+    normalizer = CostNormalizer(low=1e-4, high=1e-2)
+    taus = np.round(np.arange(0.80, 0.9601, 0.01), 6)
+
+    def calibrated(**options):
+        config = TrainConfig(calibration_step=0.01, calibration_clusters=4, **options)
+        return off_policy_calibration(model, emb, p, rows, costs, normalizer, taus, (0.80, 0.95), ["a", "b", "c"],
+                                      config, n_val=n_val)
+
+    result = calibrated()
+    by_rule = {c.rule.label(): c for c in result.candidates}
+    single = full[shadow, 0]
+    assert by_rule["slot:0"].accuracy <= min(lower_bound(single, 1.645, future=n_val), single.mean() - 0.005) + 1e-9
+    assert by_rule["slot:1"].accuracy < 0.05  # never observed: counted as failed (its head says 0.8)
+    ladders = [c for c in result.candidates if c.rule.kind == "cluster"]
+    assert ladders and all(c.accuracy < 0.6 for c in ladders if 1 in c.rule.cluster_slots)
+    served = dict(zip(result.calibration.requested, result.calibration.requested_point))
+    assert served[0.8].kind == "cluster" and set(served[0.8].cluster_slots) == {0, 2} and result.calibration.centroids  # the runtime needs the centroids
+    ladder = next(c for c in ladders if c.rule == served[0.8])
+    assert ladder.cost_usd < 0.6e-2 and ladder.accuracy >= 0.8  # about half the dear model's price
+    # a ladder is fitted on the training rows' labels: its bound is capped by the validation rows' own
+    choice = np.asarray(ladder.rule.cluster_slots)[nearest_centroid(emb_np, np.asarray(result.calibration.centroids))]
+    observed = np.flatnonzero(shadow[:n_val])
+    assert ladder.accuracy <= lower_bound(full[observed, choice[observed]], 1.645, future=n_val) + 1e-9
+    assert result.support.unsupported_tau == []
+    # without the rules the table is the policy grid's alone
+    assert calibrated(operating_point_rules=False).calibration.requested_point == []

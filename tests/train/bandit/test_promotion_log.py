@@ -104,7 +104,7 @@ def test_cost_is_the_mean_over_all_the_states_requests_not_only_the_labelled_one
 
 def _shadow(call_id, ts, tier, tau):
     return shadow_row(call_id=call_id, prompt=f"question {call_id}: what is {ts}?", tier=tier, tau=tau, models=SLOTS,
-                      scores={m: 1.0 for m in SLOTS}, costs={m: 0.001 for m in SLOTS}, served=SLOTS[0], ts=ts + 1)
+                      scores={m: 1.0 for m in SLOTS}, costs={m: 0.001 for m in SLOTS}, served=SLOTS[0], call_share=1.0, ts=ts + 1)
 
 
 def test_a_shadow_row_is_in_its_decisions_state(tmp_path):

@@ -265,6 +265,7 @@ def test_simulate_log_refuses_a_non_empty_out_before_reading_the_data(tmp_path, 
     (["--seed", "-1"], "--seed must be an integer >= 0; got -1"),
     (["--requests", "-2"], "--requests must be an integer >= 0; got -2"),
     (["--label-share", "1.5"], "--label-share must lie in [0, 1]; got 1.5"),
+    (["--start-ts", "1e18"], "--start-ts + --requests x --interval-s + --delay-s reaches 1e+18, past 9999-12-31"),
     (["--tiers", "premium=0.8", "premium=0.9"], "--tiers: tier 'premium' is given twice (premium=0.8 and premium=0.9)"),
 ])
 def test_simulate_log_refuses_a_bad_flag_by_name_before_reading_or_writing_anything(tmp_path, capsys, flags, message):
@@ -338,3 +339,31 @@ def test_the_policy_trained_on_a_decision_log_never_sees_a_label_and_every_calib
     assert np.isnan(seen[-1]).all() and bounds == [False, True]  # --init: capped by the validation rows too
     pipeline.train(TrainConfig(data=[str(base / "logs.csv")], **tiny), base / "full-information")
     assert np.isfinite(seen[-1]).all()  # every model's outcome of every training row
+
+
+def test_shadow_rows_load_with_the_probability_each_score_was_drawn(tmp_path):
+    """The served model: 1; the others: call_share (or, on a row without it, the share of its other
+    candidates it scored); a row without served: 1 everywhere.  A bad call_share is an error naming it."""
+    from litellm_proteus.shadow_rows import shadow_row
+
+    models = ["a", "b", "c"]
+    costs = {m: 0.001 for m in models}
+    rows = [shadow_row(call_id="c0", prompt="q0", tier="t", tau=0.8, models=models, scores={"a": 1.0, "b": 0.0},
+                       costs=costs, served="a", call_share=0.5, ts=1.0),
+            shadow_row(call_id="c1", prompt="q1", tier="t", tau=0.8, models=models, scores={"b": 1.0, "c": 1.0},
+                       costs=costs, served="b", call_share=0.5, ts=2.0)]
+    older = shadow_row(call_id="c2", prompt="q2", tier="t", tau=0.8, models=models, scores={"c": 1.0, "a": 0.0},
+                       costs=costs, served="c", call_share=1.0, ts=3.0)
+    del older["call_share"]  # a row written without the field: 1 of its 2 other candidates scored
+    unknown = shadow_row(call_id="c3", prompt="q3", tier="t", tau=0.8, models=models, scores={"a": 1.0, "b": 1.0, "c": 0.0},
+                         costs=costs, served="a", call_share=1.0, ts=4.0)
+    del unknown["served"], unknown["call_share"]
+    (tmp_path / "shadow-20260101T000000-1-0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [older, unknown]))
+    log = load_logs([tmp_path])
+    order = [log.sample_ids.index(f"shadow:c{i}") for i in range(4)]
+    inclusion = log.inclusion[order][:, [log.models.index(m) for m in models]]
+    assert inclusion.tolist() == [[1.0, 0.5, 0.5], [0.5, 1.0, 0.5], [0.5, 0.5, 1.0], [1.0, 1.0, 1.0]]
+    bad = dict(rows[0], call_share=0.0, shadow_of="c9", sample_id="shadow:c9")
+    (tmp_path / "shadow-20260101T000000-1-1.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match=r"field 'call_share' must lie in \(0, 1\]; got 0"):
+        load_logs([tmp_path])
