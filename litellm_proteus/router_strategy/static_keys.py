@@ -11,7 +11,10 @@ without one, point ``PROTEUS_KEYS_FILE`` at a YAML file::
 and set ``general_settings: {custom_auth: litellm_proteus.router_strategy.static_keys.user_api_key_auth}``.
 Requests authenticate as their key's LiteLLM hash (``hash_token``), exactly like virtual keys, so
 ``proteus tiers set sk-carol premium`` applies.  Unknown keys get HTTP 401.  The file is re-read
-when it changes.  Production deployments should use LiteLLM's virtual keys instead.
+when it changes; a change that cannot be read (a YAML error, a bad entry, the file removed) keeps
+the keys last read, with a logged error, so an edit in progress never locks every client out
+(before any good read it is an error: HTTP 500 naming the file).  Production deployments should use
+LiteLLM's virtual keys instead.
 
 The proxy's master key (``LITELLM_MASTER_KEY`` / ``general_settings.master_key``) authenticates as
 on a stock proxy: a proxy admin, named by LiteLLM's master-key alias (``litellm_proxy_master_key``,
@@ -21,6 +24,7 @@ request to a ``custom_auth`` before it checks the master key itself, so this mod
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
@@ -33,24 +37,49 @@ from litellm.proxy._types import LitellmUserRoles, UserAPIKeyAuth
 from ..tiers import hash_key
 
 KEYS_FILE_ENV = "PROTEUS_KEYS_FILE"
+logger = logging.getLogger("litellm_proteus.static_keys")
 _lock = threading.Lock()
-_cache: dict[str, Any] = {"stamp": None, "keys": {}}
+_cache: dict[str, Any] = {"stamp": None, "keys": {}}  # "stamp": the file version the keys were read from
 
 
 def _load(path: str) -> dict[str, dict[str, Any]]:
+    """The keys of ``path``, re-read when its modification time changes.  A version that cannot be
+    read keeps the keys last read (logged once per version); with none read yet it raises."""
+    try:
+        stamp: Any = os.stat(path).st_mtime_ns
+    except OSError as exc:
+        stamp = f"missing: {exc}"
+    with _lock:
+        if _cache["stamp"] == stamp or _cache.get("bad_stamp") == stamp:
+            return _cache["keys"]
+        try:
+            keys = _read(path)
+        except Exception as exc:  # noqa: BLE001 - the file gone (OSError), a YAML syntax error, a bad entry
+            return _keep_last(stamp, exc)
+        _cache.update(keys=keys, stamp=stamp, bad_stamp=None)
+        return keys
+
+
+def _read(path: str) -> dict[str, dict[str, Any]]:
     import yaml
 
-    stamp = os.stat(path).st_mtime_ns
-    with _lock:
-        if _cache["stamp"] != stamp:
-            with open(path) as handle:
-                data = yaml.safe_load(handle) or {}
-            keys = data.get("keys") if isinstance(data, dict) else None
-            if not isinstance(keys, dict):
-                raise ValueError(f"{path}: expected a mapping 'keys: {{sk-...: {{metadata: ...}}}}'")
-            _cache["keys"] = {str(k): _entry(path, str(k), v) for k, v in keys.items()}
-            _cache["stamp"] = stamp
-        return _cache["keys"]
+    with open(path) as handle:
+        data = yaml.safe_load(handle) or {}
+    keys = data.get("keys") if isinstance(data, dict) else None
+    if not isinstance(keys, dict):
+        raise ValueError(f"{path}: expected a mapping 'keys: {{sk-...: {{metadata: ...}}}}'")
+    return {str(k): _entry(path, str(k), v) for k, v in keys.items()}
+
+
+def _keep_last(stamp: Any, exc: Exception) -> dict[str, dict[str, Any]]:
+    """Under ``_lock``: a version that cannot be read.  Before any good read, the error (the request
+    gets a 500 naming it); after one, the keys last read, and the error logged once per version."""
+    if _cache["stamp"] is None:
+        raise exc if isinstance(exc, ValueError) else ValueError(f"{KEYS_FILE_ENV}: {exc}")
+    _cache["bad_stamp"] = stamp
+    logger.error("PROTEUS static keys: %s; keeping the %d keys last read until the file reads cleanly", exc,
+                 len(_cache["keys"]))
+    return _cache["keys"]
 
 
 ENTRY_FIELDS = {"alias": str, "team_id": str, "metadata": dict, "team_metadata": dict}  # what the auth reads
