@@ -397,7 +397,11 @@ def load_config_file(path: str, redis_url: str | None = None) -> ProteusConfig:
             data = yaml.safe_load(handle) or {}
         except yaml.YAMLError as exc:
             raise ProteusConfigError(f"{path}: not YAML: {exc}") from None
-    settings = (data.get("router_settings") or {}) if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        raise ProteusConfigError(f"{path}: expected a mapping (a LiteLLM proxy config); got {type(data).__name__}")
+    settings = data.get("router_settings") or {}
+    if not isinstance(settings, dict):
+        raise ProteusConfigError(f"{path}: router_settings must be a mapping; got {type(settings).__name__}")
     if settings.get("routing_strategy") != STRATEGY_NAME:
         raise ProteusConfigError(f"{path}: router_settings.routing_strategy is not {STRATEGY_NAME!r}")
     args = settings.get("routing_strategy_args")

@@ -154,6 +154,7 @@ class Prices:
 
 
 PRICE_FIELDS = ("input_cost_per_token", "output_cost_per_token")
+PER_SECOND_FIELDS = ("input_cost_per_second", "output_cost_per_second")  # LiteLLM's per-second billing
 
 
 def _override_price(entry: Any, field: str, where: str) -> float | None:
@@ -207,6 +208,13 @@ def deployment_prices(
         where: {f: _override_price(deployment.get(where), f, f"{name}: {where}") for f in PRICE_FIELDS}
         for where in ("litellm_params", "model_info")
     }
+    for where, values in overrides.items():
+        per_second = [f for f in PER_SECOND_FIELDS if isinstance(deployment.get(where), Mapping)
+                      and deployment[where].get(f) is not None]
+        if per_second and values[PRICE_FIELDS[0]] is None:  # LiteLLM bills it by the second: a token price is no estimate
+            raise DeploymentMappingError(
+                f"{name}: {where}.{per_second[0]} prices it per second, which PROTEUS cannot compare with per-token "
+                f"costs; set {where}.{PRICE_FIELDS[0]} and {where}.{PRICE_FIELDS[1]} (USD per token) as well")
     chosen: dict[str, tuple[float, str]] = {}
     for field in PRICE_FIELDS:
         for where, values in overrides.items():

@@ -421,6 +421,9 @@ def run(args: argparse.Namespace) -> int:
         # it would name the Redis key "<key_prefix>" itself, which no API key hashes to
         print(f"error: the API key is empty ({args.key!r}); pass a raw key (sk-...) or its LiteLLM hash", file=sys.stderr)
         return 2
+    if args.action == "list" and args.limit < 1:
+        print(f"error: --limit must be an integer >= 1; got {args.limit}", file=sys.stderr)
+        return 2
     tiers: dict[str, float] = dict(DEFAULT_TIERS)
     settings = RedisSettings()
     if args.config:
@@ -429,13 +432,17 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ProteusConfigError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        if config.redis is None and not args.redis_url:  # a tier set elsewhere would never be read
+            print(f"error: {args.config}: routing_strategy_args.redis is not set, so the proxy looks up no per-key "
+                  f"tiers (every key gets the default tier {config.default_tier!r}); add a redis section (url, or "
+                  "host and port) to the config, or pass --redis-url", file=sys.stderr)
+            return 2
         tiers = config.tiers
         settings = config.redis or settings
-    url = args.redis_url or (settings.url if args.config and settings.url else None) or os.environ.get("PROTEUS_REDIS_URL")
-    if url:
-        settings = settings.model_copy(update={"url": url})
-    elif not args.config:
-        settings = settings.model_copy(update={"url": DEFAULT_REDIS_URL})
+    # with --config, the Redis the proxy reads (its url, or host and port), never $PROTEUS_REDIS_URL
+    url = args.redis_url or (settings.connection_url() if args.config else
+                             os.environ.get("PROTEUS_REDIS_URL") or DEFAULT_REDIS_URL)
+    settings = settings.model_copy(update={"url": url})
     store = TierStore(settings)
     import redis
 
@@ -473,8 +480,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{len(moved)} raw key(s) rehashed" + (f"; {left} raw key(s) left, their values naming no tier of "
                                                         f"{source}" if left else ""), file=sys.stderr)
         else:
-            raw = unknown = 0
+            raw = unknown = listed = 0
             for key_hash, tier in store.list(limit=args.limit):
+                listed += 1
                 raw += not is_key_hash(key_hash)
                 foreign = bool(args.config) and tier not in tiers  # without --config the proxy's tiers are unknown here
                 unknown += foreign
@@ -485,6 +493,8 @@ def run(args: argparse.Namespace) -> int:
             if unknown:
                 print(f"warning: {unknown} key(s) name no tier of {source}: the proxy serves them the default tier",
                       file=sys.stderr)
+            if listed == args.limit:
+                print(f"warning: listed the first {listed} keys (--limit); there may be more", file=sys.stderr)
     except redis.exceptions.RedisError as exc:
         print(f"error: Redis at {store._where()}: {exc}", file=sys.stderr)
         return 1

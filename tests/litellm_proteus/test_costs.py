@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from litellm_proteus.costs import CostNormalizer
+from litellm_proteus.costs import CostNormalizer, DeploymentMappingError, deployment_prices
 
 
 def test_linear_space_is_dollars():
@@ -59,3 +59,16 @@ def test_default_space_is_the_trainers():
     from proteus_train.config import TrainConfig
 
     assert CostNormalizer().space == TrainConfig().cost_space == "usd_per_call"
+
+
+def test_a_deployment_priced_per_second_needs_per_token_prices_to_be_routed():
+    """LiteLLM bills a deployment with input_cost_per_second by the second: the cost map's per-token
+    price of its model is no estimate of that, so it is an error naming the field, not a silent swap."""
+    params = {"model": "openai/gpt-4o", "input_cost_per_second": 0.01, "output_cost_per_second": 0.01}
+    with pytest.raises(DeploymentMappingError, match=r"litellm_params\.input_cost_per_second prices it per second"):
+        deployment_prices({"model_name": "g", "litellm_params": params})
+    with pytest.raises(DeploymentMappingError, match=r"model_info\.output_cost_per_second"):
+        deployment_prices({"model_name": "g", "litellm_params": {"model": "openai/gpt-4o"},
+                           "model_info": {"output_cost_per_second": 0.01}})
+    both = {**params, "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    assert deployment_prices({"model_name": "g", "litellm_params": both}).input_per_token == 1e-6

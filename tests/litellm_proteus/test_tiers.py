@@ -424,3 +424,40 @@ def test_a_config_that_is_not_yaml_is_an_error_naming_the_file(tmp_path, capsys)
     assert main(["tiers", "--config", str(bad), "list"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and f"{bad}: not YAML" in err and "Traceback" not in err
+
+
+def _proxy_config(path, args) -> str:
+    path.write_text(yaml.safe_dump({"router_settings": {"routing_strategy": "proteus", "routing_strategy_args": args}}))
+    return str(path)
+
+
+def test_cli_with_a_config_writes_to_the_redis_the_proxy_reads(redis_server, tmp_path, capsys, monkeypatch):
+    """The config's redis host and port are where the proxy looks tiers up: $PROTEUS_REDIS_URL (another
+    Redis) must not take the tier elsewhere; a config with no redis section looks up no tiers at all."""
+    host, port = redis_server.url.split("//")[1].split("/")[0].split(":")
+    monkeypatch.setenv("PROTEUS_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
+    config = _proxy_config(tmp_path / "hostport.yaml", {"tiers": {"gold": 0.9}, "default_tier": "gold",
+                                                          "redis": {"host": host, "port": int(port)}})
+    assert main(["tiers", "--config", config, "set", "sk-hp", "gold"]) == 0
+    assert TierStore(RedisSettings(url=redis_server.url)).get(hash_key("sk-hp")) == "gold"
+    none = _proxy_config(tmp_path / "noredis.yaml", {"tiers": {"gold": 0.9}, "default_tier": "gold"})
+    assert main(["tiers", "--config", none, "set", "sk-nr", "gold"]) == 2
+    err = capsys.readouterr().err
+    assert "routing_strategy_args.redis is not set, so the proxy looks up no per-key tiers" in err
+    assert TierStore(RedisSettings(url=redis_server.url)).get(hash_key("sk-nr")) is None
+
+
+def test_cli_refuses_a_malformed_config_and_a_limit_below_one_by_name(redis_server, tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("router_settings: [1, 2]\n")
+    assert main(["tiers", "--config", str(bad), "list"]) == 2
+    assert "router_settings must be a mapping; got list" in capsys.readouterr().err
+    for limit in ("0", "-1"):
+        assert main(["tiers", "--redis-url", redis_server.url, "list", "--limit", limit]) == 2
+        assert f"--limit must be an integer >= 1; got {limit}" in capsys.readouterr().err
+    for i in range(3):
+        main(["tiers", "--redis-url", redis_server.url, "set", f"sk-lim{i}", "premium"])
+    capsys.readouterr()
+    assert main(["tiers", "--redis-url", redis_server.url, "list", "--limit", "2"]) == 0
+    out = capsys.readouterr()
+    assert len(out.out.splitlines()) == 2 and "listed the first 2 keys (--limit); there may be more" in out.err
