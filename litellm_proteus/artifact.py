@@ -146,6 +146,8 @@ class SlotCalibration(BaseModel):
                 raise ValueError("isotonic calibration needs equally long, non-empty x and y")
             if any(b < a for a, b in zip(self.x, self.x[1:])) or any(b < a for a, b in zip(self.y, self.y[1:])):
                 raise ValueError("isotonic calibration x and y must be non-decreasing")
+            if not all(0.0 <= v <= 1.0 for v in self.y):  # a calibrated p is a probability
+                raise ValueError(f"isotonic calibration y must lie in [0, 1]; got {min(self.y)}..{max(self.y)}")
         return self
 
     @cached_property
@@ -226,9 +228,13 @@ class Manifest(BaseModel):
             raise ValueError(
                 f"architecture.embed_dim={self.architecture.embed_dim} != encoder.embed_dim={self.encoder.embed_dim}"
             )
-        negative = sorted(m for tokens in (self.avg_input_tokens, self.avg_output_tokens) for m, v in tokens.items() if v < 0)
+        averages = (self.avg_input_tokens, self.avg_output_tokens, self.avg_cost_usd)
+        negative = sorted(m for values in averages for m, v in values.items() if v < 0)
         if negative:
-            raise ValueError(f"avg_input_tokens / avg_output_tokens must be >= 0; negative for {negative}")
+            raise ValueError(f"avg_input_tokens / avg_output_tokens / avg_cost_usd must be >= 0; negative for {negative}")
+        unknown = sorted({m for values in averages for m in values} - set(self.models))
+        if unknown:  # the engine's fallback averages over these maps: a stray entry would skew it
+            raise ValueError(f"avg_input_tokens / avg_output_tokens / avg_cost_usd name models that are no slot: {unknown}")
         for name, (lo, hi) in (("tau_range", self.tau_range), ("tau_train_range", self.tau_train_range)):
             if not (0.0 < lo < hi <= 1.0):
                 raise ValueError(f"{name} must satisfy 0 < lo < hi <= 1; got [{lo}, {hi}]")

@@ -25,8 +25,8 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _gamma_range(self) -> "ModelConfig":
-        if not self.gamma_min < self.gamma_max:
-            raise ValueError(f"gamma_min ({self.gamma_min}) must be below gamma_max ({self.gamma_max})")
+        if not 0 < self.gamma_min < self.gamma_max:  # (1 - mu)^gamma at mu = 1 is 0^gamma: a power <= 0 is no cost term
+            raise ValueError(f"gamma_min ({self.gamma_min}) must be > 0 and below gamma_max ({self.gamma_max})")
         return self
 
 

@@ -71,11 +71,20 @@ def nearest_centroid(embeddings: np.ndarray, centroids: np.ndarray) -> np.ndarra
     return distance.argmin(axis=1)
 
 
+def _cheapest(mask: np.ndarray, costs: np.ndarray) -> np.ndarray:
+    """Per row: the cheapest candidate where ``mask`` is True (the first on a tie; any index where none is).
+    A cost may be infinite (a huge finite price times the tokens): argmin over a row whose masked
+    costs are all inf returns index 0, masked or not, so such a row takes its first masked candidate."""
+    pick = np.where(mask, costs, np.inf).argmin(axis=1)
+    stray = ~mask[np.arange(len(pick)), pick] & mask.any(axis=1)
+    pick[stray] = mask[stray].argmax(axis=1)
+    return pick
+
+
 def _cheapest_of_slot(target: np.ndarray, slots: np.ndarray, costs: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Per row: the cheapest valid candidate playing slot ``target[row]``, or NO_CHOICE."""
     match = valid & (slots == target[:, None])
-    pick = np.where(match, costs, np.inf).argmin(axis=1)
-    return np.where(match.any(axis=1), pick, NO_CHOICE)
+    return np.where(match.any(axis=1), _cheapest(match, costs), NO_CHOICE)
 
 
 def _no_dearer_no_worse(picked: np.ndarray, p_shown: np.ndarray, costs: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -84,7 +93,7 @@ def _no_dearer_no_worse(picked: np.ndarray, p_shown: np.ndarray, costs: np.ndarr
     at = np.arange(len(picked))
     ok = valid & (p_shown >= p_shown[at, picked][:, None] - 1e-12)
     ok[at, picked] = True
-    return np.where(ok, costs, np.inf).argmin(axis=1)
+    return _cheapest(ok, costs)
 
 
 class RulePicks(NamedTuple):
@@ -147,5 +156,5 @@ def rule_picks(
         value = np.where(valid[quality], p[quality] + boost[quality], -np.inf)
         best = value.max(axis=1, keepdims=True)
         ties = valid[quality] & (value >= best - 1e-12)
-        choice[quality] = np.where(ties, costs[quality], np.inf).argmin(axis=1)
+        choice[quality] = _cheapest(ties, costs[quality])
     return RulePicks(choice, repriced_from)

@@ -73,7 +73,12 @@ def _edit_manifest(directory, **changes):
         ({"calibration": {"margin": float("nan")}}, "calibration.margin"),
         ({"calibration": {"requested": [0.8, float("nan")], "policy_tau": [0.8, 0.9]}}, "calibration.requested"),
         ({"avg_output_tokens": {"a": float("nan")}}, "avg_output_tokens"),
-        ({"avg_output_tokens": {"a": -5.0}}, "avg_input_tokens / avg_output_tokens must be >= 0; negative for"),
+        ({"avg_output_tokens": {"a": -5.0}}, "avg_input_tokens / avg_output_tokens / avg_cost_usd must be >= 0; negative for"),
+        ({"avg_cost_usd": {"a": -1e-3}}, r"avg_cost_usd must be >= 0; negative for \['a'\]"),
+        ({"avg_output_tokens": {"a": 5.0, "z": 9e9}}, r"name models that are no slot: \['z'\]"),
+        ({"p_calibration": {"slots": [{"method": "isotonic", "x": [0.1, 0.9], "y": [0.2, 1.4]},
+                                      {"method": "identity"}], "fitted_on": "validation"}},
+         r"isotonic calibration y must lie in \[0, 1\]"),
     ],
 )
 def test_manifest_mismatch_names_the_field(make_artifact, changes, field):
@@ -85,7 +90,8 @@ def test_manifest_mismatch_names_the_field(make_artifact, changes, field):
 
 @pytest.mark.parametrize("part, field, value, message", [
     ("encoder", "pooling", "cls", "pooling"),
-    ("architecture", "gamma_min", 9.0, r"gamma_min \(9.0\) must be below gamma_max \(8.0\)"),
+    ("architecture", "gamma_min", 9.0, r"gamma_min \(9.0\) must be > 0 and below gamma_max \(8.0\)"),
+    ("architecture", "gamma_min", -1.0, r"gamma_min \(-1.0\) must be > 0"),
     ("architecture", "gamma_max", float("inf"), "gamma_max"),
 ])
 def test_a_nested_field_no_runtime_can_serve_is_refused_naming_it(make_artifact, part, field, value, message):

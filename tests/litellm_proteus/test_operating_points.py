@@ -176,3 +176,17 @@ def test_manifest_round_trip_keeps_rules(build_random_artifact):
     _, manifest = build_random_artifact(["a", "b", "c"], calibration=RULE_FRONTIER)
     again = Manifest.model_validate_json(manifest.model_dump_json())
     assert again.calibration.frontier_point == RULE_FRONTIER.frontier_point
+
+
+def test_an_infinite_cost_never_lets_a_rule_pick_a_candidate_outside_its_slot():
+    """A huge finite price times the tokens is an infinite cost: a slot rule whose candidates all
+    cost inf still picks one of them, not candidate 0 of another slot."""
+    rule = OperatingPoint(kind="slot", slot=4)
+    p = np.array([[0.9, 0.6]])
+    boost = np.zeros((1, 2))
+    slots = np.array([[0, 4]])
+    valid = np.ones((1, 2), dtype=bool)
+    for costs in (np.array([[np.inf, np.inf]]), np.array([[1.0, np.inf]])):
+        assert rule_picks([rule], p, boost, slots, costs, valid).choice.tolist() == [1]
+    quality = OperatingPoint(kind="quality")  # the best p + b, however it is priced
+    assert rule_picks([quality], np.array([[0.6, 0.9]]), boost, slots, np.array([[1.0, np.inf]]), valid).choice.tolist() == [1]
