@@ -319,6 +319,7 @@ def save_artifact(directory: str | os.PathLike, model, manifest: Manifest) -> Pa
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    check_finite(out / WEIGHTS_FILE, {k: v.float().numpy() for k, v in tensors.items()})  # never written
     # One metadata key: safetensors writes metadata in hash-map order, and with two keys identical
     # weights got different bytes (and weights_sha256) from run to run.
     save_shared_safetensors(tensors, out / WEIGHTS_FILE, {"format": f"proteus-v{FORMAT_VERSION}"})
@@ -392,6 +393,14 @@ def check_tensor_shapes(weights: Path, shapes: dict[str, tuple[int, ...]], expec
             )
 
 
+def check_finite(weights: Path | str, tensors: dict[str, Any]) -> None:
+    """Every weight is a finite number: a NaN weight passes every shape check and makes every score
+    NaN, so each decision would route by an argmax over NaN."""
+    bad = sorted(k for k, v in tensors.items() if not bool(np.isfinite(np.asarray(v, dtype=np.float64)).all()))
+    if bad:
+        raise ArtifactError(f"{weights}: tensors {bad} hold NaN or infinite values")
+
+
 def load_artifact_arrays(directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR, **expected) -> tuple[dict, Manifest]:
     """Load (name -> float32 numpy array, manifest) without torch: what the numpy runtime runs."""
     from safetensors import SafetensorError
@@ -403,6 +412,7 @@ def load_artifact_arrays(directory: str | os.PathLike = DEFAULT_ARTIFACT_DIR, **
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"{weights}: unreadable weights ({exc})") from exc
     check_tensor_shapes(weights, {k: v.shape for k, v in state.items()}, tensor_shapes(manifest.architecture))
+    check_finite(weights, state)
     return state, manifest
 
 
@@ -428,6 +438,7 @@ def load_artifact(
     check_tensor_shapes(
         weights, {k: tuple(v.shape) for k, v in state.items()}, {k: tuple(v.shape) for k, v in model.state_dict().items()}
     )
+    check_finite(weights, {k: v.float().cpu().numpy() for k, v in state.items()})
     model.load_state_dict(state)
     model.eval()
     return model, manifest

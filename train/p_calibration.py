@@ -45,14 +45,18 @@ def log_loss(p: np.ndarray, y: np.ndarray) -> float:
 
 
 def fit_isotonic(p: np.ndarray, y: np.ndarray) -> SlotCalibration:
-    """Pool-adjacent-violators on rows sorted by p; knots at each block's (mean p, mean y)."""
+    """Pool-adjacent-violators on rows sorted by p; knots at each block's (mean p, mean y).  Rows of
+    equal p (a prompt asked again) are one point first, their mean y weighed by their count: split
+    over blocks they would repeat a knot, and ``np.interp`` would take whichever block came last."""
     order = np.argsort(p, kind="stable")
+    values, start, counts = np.unique(np.asarray(p, dtype=np.float64)[order], return_index=True, return_counts=True)
+    totals = np.add.reduceat(np.asarray(y, dtype=np.float64)[order], start) if len(start) else np.zeros(0)
     means: list[float] = []
     weights: list[float] = []
     xs: list[float] = []
-    for value, target in zip(p[order], y[order]):
-        means.append(float(target))
-        weights.append(1.0)
+    for value, total, count in zip(values, totals, counts):
+        means.append(float(total / count))
+        weights.append(float(count))
         xs.append(float(value))
         while len(means) > 1 and means[-2] >= means[-1]:
             w = weights[-2] + weights[-1]
@@ -60,7 +64,9 @@ def fit_isotonic(p: np.ndarray, y: np.ndarray) -> SlotCalibration:
             xs[-2] = (xs[-2] * weights[-2] + xs[-1] * weights[-1]) / w
             weights[-2] = w
             del means[-1], weights[-1], xs[-1]
-    return SlotCalibration(method="isotonic", x=xs, y=np.maximum.accumulate(np.asarray(means)).tolist())
+    # a block's mean p lies between its ends; the running sums may round it one unit past its neighbour
+    return SlotCalibration(method="isotonic", x=np.maximum.accumulate(np.asarray(xs)).tolist(),
+                           y=np.maximum.accumulate(np.asarray(means)).tolist())
 
 
 def fit_platt(p: np.ndarray, y: np.ndarray, iterations: int = 50) -> SlotCalibration:

@@ -40,6 +40,7 @@ import os
 import time
 from dataclasses import replace as replace_config
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -163,6 +164,23 @@ def operating_point_candidates(
     return extra, centroids
 
 
+INIT_ARCHITECTURE_FLAGS = {"hidden_dim": "--hidden-dim", "use_critic": "--no-critic", "fixed_gamma": "--fixed-gamma",
+                           "selection_temperature": "--selection-temperature"}
+
+
+def init_architecture(config: TrainConfig, architecture: ModelConfig) -> dict[str, Any]:
+    """The architecture fields of ``config`` as the ``--init`` artifact has them (its weights fix
+    them), so the run and its record use what the model is.  A flag set to another value is an error
+    naming it: it would be ignored."""
+    defaults = TrainConfig()
+    clash = [f"{flag} {getattr(config, name)!r} (the artifact's: {getattr(architecture, name)!r})"
+             for name, flag in INIT_ARCHITECTURE_FLAGS.items()
+             if getattr(config, name) != getattr(defaults, name) and getattr(config, name) != getattr(architecture, name)]
+    if clash:
+        raise ValueError(f"--init {config.init}: the initial artifact fixes the architecture; leave out {', '.join(clash)}")
+    return {name: getattr(architecture, name) for name in INIT_ARCHITECTURE_FLAGS}
+
+
 def unreachable_range_message(exc: UnreachableTauRange, tau_range: tuple[float, float], config: TrainConfig,
                               from_init: bool, n_val: int, n_oof: int) -> str:
     """The error for a tau range no operating point meets: what was reached, where the range came
@@ -241,9 +259,10 @@ def _train(config: TrainConfig, out_dir: str | os.PathLike) -> Manifest:
     check_split_sizes({k: len(v) for k, v in parts.items()}, config.batch_size)
     static_dir = None
     init_model, init_manifest = load_artifact(config.init) if config.init else (None, None)
-    if init_manifest is not None:  # the initial artifact's encoder, exactly
+    if init_manifest is not None:  # the initial artifact's encoder and architecture, exactly
         config = replace_config(config, max_tokens=init_manifest.encoder.max_tokens,
-                                truncation=init_manifest.encoder.truncation, finetune_encoder=False)
+                                truncation=init_manifest.encoder.truncation, finetune_encoder=False,
+                                **init_architecture(config, init_manifest.architecture))
         encoder = training_encoder(config, init_manifest.encoder.resolve(config.init))
         if init_manifest.encoder.bundled:
             static_dir = Path(init_manifest.encoder.resolve(config.init))

@@ -224,3 +224,28 @@ def test_the_bundled_artifacts_cost_normalization_loads():
     for directory in bundled:
         norm = read_manifest(directory).cost_normalizer
         assert 0 < norm.low < norm.high
+
+
+def test_weights_holding_nan_are_never_saved_nor_loaded(make_artifact, tmp_path):
+    """The manifest refuses NaN; so do the weights: a NaN weight makes every score NaN, and a decision
+    an argmax over NaN.  Checked by both loaders (torch and numpy) and when an artifact is saved."""
+    from safetensors.torch import load_file, save_file
+
+    from litellm_proteus.artifact import file_sha256, load_artifact_arrays, save_artifact
+
+    directory = make_artifact(["a", "b"])
+    model, manifest = load_artifact(directory)
+    with torch.no_grad():
+        model.performance_head.weight[0, 0] = float("nan")
+    with pytest.raises(ArtifactError, match=r"tensors \['performance_head.weight'\] hold NaN or infinite values"):
+        save_artifact(tmp_path / "out", model, manifest)
+    assert not (tmp_path / "out" / WEIGHTS_FILE).exists()
+    state = load_file(str(directory / WEIGHTS_FILE))
+    state["gamma_raw"] = torch.tensor(float("inf"))
+    save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": "proteus-v1"})
+    raw = json.loads((directory / MANIFEST_FILE).read_text())
+    raw["weights_sha256"] = file_sha256(directory / WEIGHTS_FILE)  # a file that is whole, only its values are bad
+    (directory / MANIFEST_FILE).write_text(json.dumps(raw))
+    for load in (load_artifact, load_artifact_arrays):
+        with pytest.raises(ArtifactError, match=r"tensors \['gamma_raw'\] hold NaN or infinite values"):
+            load(directory)

@@ -99,3 +99,17 @@ def test_predictor_reports_calibrated_p_and_routes_as_before(make_artifact, tmp_
     for a, b in zip(plain, cal):
         assert b.p[1] == pytest.approx(0.3)  # slot 0, calibrated
         assert b.p[0] == pytest.approx(a.p[0], abs=1e-6) and b.p[2] == pytest.approx(a.p[2], abs=1e-6)
+
+
+def test_isotonic_calibration_of_tied_p_is_their_mean_outcome_whatever_the_row_order():
+    """A prompt asked again gives the same p on every row: those rows are one point, calibrated to
+    their mean outcome, not to whichever block the row order happened to leave last."""
+    v = float(np.float32(0.3))
+    for y in ([1, 1, 0, 0, 0, 0, 0, 1.0], [0, 0, 0, 0, 0, 1, 1, 1.0]):
+        cal = fit_isotonic(np.full(8, v), np.array(y))
+        assert cal.x == [v] and cal.apply(np.array([v]))[0] == pytest.approx(0.375)
+    cal = fit_isotonic(np.full(8, 0.45), np.array([1, 1, 0, 0, 0, 0, 0, 1.0]))  # float64 ties: one knot, no error
+    assert cal.x == [0.45] and cal.y == [0.375]
+    # ties beside distinct values: the tied rows pool with their neighbours as one weighted point
+    cal = fit_isotonic(np.array([0.2, 0.5, 0.5, 0.5, 0.8]), np.array([1.0, 0.0, 0.0, 1.0, 1.0]))
+    assert cal.x == pytest.approx([0.425, 0.8]) and cal.y == pytest.approx([0.5, 1.0])  # (0.2, 1) and 3 x (0.5, 1/3)

@@ -515,10 +515,11 @@ def check_models(log: RoutingLog) -> None:
             )
 
 
-def warn_prompts_across_splits(log: RoutingLog) -> None:
-    """Warn when one prompt text (non-empty) sits in more than one declared split: its val/test rows
-    then measure a prompt the heads trained on.  Kept as the source declares them (splits are
-    honoured); the warning gives the count and the fix."""
+def warn_prompts_across_splits(log: RoutingLog, fix: str = "Keep one row per prompt, or give every copy of a "
+                                                             "prompt the same split") -> None:
+    """Warn when one prompt text (non-empty) sits in more than one split: its val/test rows then
+    measure a prompt the heads trained on.  Kept as the source declares them (splits are honoured);
+    the warning gives the count and ``fix``."""
     if log.split is None:
         return
     frame = pd.DataFrame({"prompt": log.prompts, "split": np.asarray(log.split, dtype=object)})
@@ -532,8 +533,7 @@ def warn_prompts_across_splits(log: RoutingLog) -> None:
     shown = example if len(example) <= 60 else example[:57] + "..."
     warnings.warn(
         f"{_where(log)}: {len(shared)} prompt(s) appear in more than one split ({rows} rows; e.g. {shown!r} in "
-        f"{sorted(splits)}): val/test rows whose prompt is also trained on overstate accuracy. Keep one row per prompt, "
-        "or give every copy of a prompt the same split",
+        f"{sorted(splits)}): val/test rows whose prompt is also trained on overstate accuracy. {fix}",
         RoutingLogWarning, stacklevel=4,
     )
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from .common import warn_prompts_across_splits
 from .logs import RoutingLog
 
 DEFAULT_RATIOS = (0.7, 0.15, 0.15)
@@ -80,6 +81,9 @@ def assign_splits(log: RoutingLog, *, seed: int = 0, ratios: Sequence[float] = D
         split[stratified_take(train_rows, groups, want, rng)] = name
         carved.append(name)
 
+    if carved:  # rows are carved one by one: copies of a prompt may land on both sides
+        warn_prompts_across_splits(replace(log, split=split), "The val/test rows were carved by row: keep one row per "
+                                   "prompt, or declare the splits (a split column or *_train/*_val/*_test files)")
     by_task = ",by-task" if groups is not None and carved else ""
     if origin == "random":
         pct = "/".join(f"{r * 100:g}" for r in _check_ratios(ratios))

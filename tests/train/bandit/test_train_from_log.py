@@ -367,3 +367,20 @@ def test_shadow_rows_load_with_the_probability_each_score_was_drawn(tmp_path):
     (tmp_path / "shadow-20260101T000000-1-1.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(ValueError, match=r"field 'call_share' must lie in \(0, 1\]; got 0"):
         load_logs([tmp_path])
+
+
+def test_init_fixes_the_architecture_and_refuses_a_flag_it_would_ignore():
+    """With --init the initial artifact's weights fix the architecture: the run and its record take
+    the artifact's values, and a flag set to another one is an error naming it, not ignored."""
+    from proteus_train.config import TrainConfig
+    from proteus_train.pipeline import init_architecture
+
+    architecture = read_manifest(DEFAULT_ARTIFACT_DIR).architecture.model_copy(
+        update={"hidden_dim": 128, "selection_temperature": 0.1})
+    taken = init_architecture(TrainConfig(init="A"), architecture)
+    assert taken == {"hidden_dim": 128, "use_critic": architecture.use_critic, "fixed_gamma": architecture.fixed_gamma,
+                     "selection_temperature": 0.1}
+    assert init_architecture(TrainConfig(init="A", hidden_dim=128), architecture)["hidden_dim"] == 128  # agreeing: fine
+    with pytest.raises(ValueError, match=r"--init A: the initial artifact fixes the architecture; leave out --no-critic "
+                                         r"False \(the artifact's: True\), --fixed-gamma 3\.0 \(the artifact's: None\)"):
+        init_architecture(TrainConfig(init="A", use_critic=False, fixed_gamma=3.0), architecture)

@@ -106,3 +106,26 @@ def test_ids_that_restart_in_each_file_are_named_in_the_warning(tmp_path):
         log = load_logs([tmp_path])
     said = " ".join(str(w.message) for w in caught if issubclass(w.category, RoutingLogWarning))
     assert len(log) == 5 and "5 of these ids name different prompts in their copies" in said
+
+
+def test_a_random_split_that_puts_copies_of_a_prompt_on_both_sides_says_so():
+    """The val/test rows are carved row by row: a prompt asked more than once may land in train and
+    in test, and its test rows then measure a prompt the heads trained on."""
+    from proteus_train.data import assign_splits
+
+    rows = [{"id": f"q{i}", "prompt": f"question {i % 20}", "scores": [1.0, 0.0, 1.0], "costs": [1e-4, 2e-4, 3e-3]}
+            for i in range(200)]  # 20 prompts, 10 copies each
+    log = load_logs_from_frame(routerbench_frame(rows))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assign_splits(log, seed=0)
+    said = " ".join(str(w.message) for w in caught if issubclass(w.category, RoutingLogWarning))
+    assert "prompt(s) appear in more than one split" in said and "carved by row" in said
+
+
+def load_logs_from_frame(frame):
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    return load_logs([write_frame(frame, folder / "logs.csv")])
