@@ -82,8 +82,11 @@ def assign_splits(log: RoutingLog, *, seed: int = 0, ratios: Sequence[float] = D
         carved.append(name)
 
     if carved:  # rows are carved one by one: copies of a prompt may land on both sides
-        warn_prompts_across_splits(replace(log, split=split), "The val/test rows were carved by row: keep one row per "
-                                   "prompt, or declare the splits (a split column or *_train/*_val/*_test files)")
+        in_carved = {log.prompts[i] for i in np.flatnonzero(np.isin(split, carved))}
+        rows = [i for i, prompt in enumerate(log.prompts) if prompt in in_carved]  # (declared splits warned on load)
+        warn_prompts_across_splits(replace(log, split=split).subset(rows), f"The {'/'.join(carved)} rows were carved by "
+                                   "row: keep one row per prompt, or declare the splits (a split column or "
+                                   "*_train/*_val/*_test files)")
     by_task = ",by-task" if groups is not None and carved else ""
     if origin == "random":
         pct = "/".join(f"{r * 100:g}" for r in _check_ratios(ratios))
